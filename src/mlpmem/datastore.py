@@ -1,0 +1,198 @@
+"""Datastore: (key, next token) pairs of a frozen backbone over a corpus, in memory-mapped shards.
+
+One *keystore* per split: ``keys-NNNNN.npy`` fp16 ``[n, d]`` and ``values-NNNNN.npy`` int32 ``[n]``
+(the next token), plus, for evaluation splits, ``lm-NNNNN.npy`` fp32 ``[n]``, the backbone's
+log-probability of that token. The training split's keystore is the kNN datastore; its keys come
+from a truncated forward (layers above the key layer never run). Row ``i`` of the concatenated
+shards is datastore id ``i``. A shard holds a fixed number of window batches, so a resumed build
+runs the very same batches and writes byte-identical shards.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from mlpmem.backbone import KeyHook, check_fingerprint, extract_keys, fingerprint, resolve_layer
+from mlpmem.corpus import Window, corpus_hash, make_windows
+from mlpmem.errors import CorruptArtifact, MlpmemError
+from mlpmem.shards import (MANIFEST, clean_temporaries, compare_settings, load_array, read_json, save_array,
+                           write_json)
+
+FORMAT = "mlpmem.keystore/1"
+
+
+@dataclass
+class EncodedBatch:
+    keys: np.ndarray  # (n, d) fp16
+    values: np.ndarray  # (n,) int32
+    lm_logprob: np.ndarray | None  # (n,) fp32
+
+
+def _pad_batch(token_docs: list[np.ndarray], windows: list[Window], pad_id: int):
+    length = max(w.end - w.start for w in windows)
+    input_ids = torch.full((len(windows), length), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(windows), length), dtype=torch.long)
+    for b, w in enumerate(windows):
+        n = w.end - w.start
+        input_ids[b, :n] = torch.from_numpy(token_docs[w.doc][w.start : w.end].astype(np.int64))
+        mask[b, :n] = 1
+    return input_ids, mask
+
+
+@torch.no_grad()
+def encode_windows(model, token_docs, windows: list[Window], layer: int, site: str, with_lm: bool) -> EncodedBatch:
+    """Keys (and optionally LM log-probs) of the scored targets of a batch of windows (right-padded)."""
+    input_ids, mask = _pad_batch(token_docs, windows, pad_id=0)  # (B, T)
+    lm_logprob = None
+    if with_lm:
+        with KeyHook(model, layer, site) as hook:
+            logits = model(input_ids=input_ids, attention_mask=mask, use_cache=False).logits  # (B, T, V)
+        keys = hook.keys
+        next_ids = torch.cat([input_ids[:, 1:], input_ids[:, :1]], dim=1)  # (B, T) token at t+1
+        lm_all = logits.gather(-1, next_ids[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)  # (B, T)
+    else:
+        keys = extract_keys(model, input_ids, mask, layer, site)  # (B, T, d)
+    rows, values, lms = [], [], []
+    for b, w in enumerate(windows):
+        pos = slice(w.first_target - w.start - 1, w.end - w.start - 1)  # positions predicting the targets
+        rows.append(keys[b, pos])
+        values.append(token_docs[w.doc][w.first_target : w.end])
+        if with_lm:
+            lms.append(lm_all[b, pos])
+    keys_out = torch.cat(rows).to(torch.float16).numpy()
+    if not np.isfinite(keys_out).all():
+        raise CorruptArtifact("the backbone produced NaN/Inf keys (or keys beyond fp16 range) at this layer")
+    if with_lm:
+        lm_logprob = torch.cat(lms).float().numpy()
+    return EncodedBatch(keys_out, np.concatenate(values).astype(np.int32), lm_logprob)
+
+
+def _settings(model, tokenizer, token_docs, layer, site, block_size, stride, batch_size, batches_per_shard, with_lm):
+    return {
+        "format": FORMAT,
+        "backbone": fingerprint(model, tokenizer),
+        "layer": resolve_layer(model, layer),
+        "site": site,
+        "block_size": block_size,
+        "stride": stride,
+        "batch_size": batch_size,
+        "batches_per_shard": batches_per_shard,
+        "with_lm": with_lm,
+        "corpus_sha": corpus_hash(token_docs),
+    }
+
+
+def build_keystore(model, tokenizer, token_docs: list[np.ndarray], out_dir: str | Path, *, layer, site="ffn_input",
+                   block_size=512, stride=256, batch_size=4, batches_per_shard=16, with_lm=False,
+                   rebuild=False, progress=True, desc="keys") -> dict:
+    """Encode every scored target of ``token_docs`` into a keystore at ``out_dir``; resumable, idempotent."""
+    out_dir = Path(out_dir)
+    if rebuild:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    clean_temporaries(out_dir)
+    settings = _settings(model, tokenizer, token_docs, layer, site, block_size, stride, batch_size,
+                         batches_per_shard, with_lm)
+    windows = make_windows([len(t) for t in token_docs], block_size, stride)
+    if not windows:
+        raise MlpmemError("the corpus has no token to score (every document is shorter than 2 tokens)")
+    manifest = _start_manifest(out_dir, settings, windows)
+    if manifest["complete"]:
+        return manifest
+    per_shard = batch_size * batches_per_shard
+    done = sum(s["windows"] for s in manifest["shards"])
+    bar = tqdm(total=manifest["num_targets"], initial=manifest["rows"], desc=desc, unit="tok", disable=not progress,
+               dynamic_ncols=True)
+    while done < len(windows):
+        shard_windows = windows[done : done + per_shard]
+        parts = []
+        for i in range(0, len(shard_windows), batch_size):
+            batch = shard_windows[i : i + batch_size]
+            parts.append(encode_windows(model, token_docs, batch, settings["layer"], site, with_lm))
+            bar.update(len(parts[-1].values))
+        manifest = _write_shard(out_dir, manifest, parts, len(shard_windows))
+        done += len(shard_windows)
+    bar.close()
+    manifest["complete"] = True
+    write_json(out_dir / MANIFEST, manifest)
+    return manifest
+
+
+def _start_manifest(out_dir: Path, settings: dict, windows: list[Window]) -> dict:
+    path = out_dir / MANIFEST
+    if path.exists():
+        manifest = read_json(path, "keystore")
+        compare_settings(manifest, settings, f"keystore {out_dir}")
+        for shard in manifest["shards"]:  # a resumed build trusts only shards that still verify
+            for entry in shard["files"].values():
+                load_array(out_dir, entry, verify=True, what=f"keystore {out_dir}")
+        return manifest
+    manifest = dict(settings, num_windows=len(windows), num_targets=sum(w.num_scored for w in windows),
+                    rows=0, shards=[], complete=False)
+    write_json(path, manifest)
+    return manifest
+
+
+def _write_shard(out_dir: Path, manifest: dict, parts: list[EncodedBatch], num_windows: int) -> dict:
+    index = len(manifest["shards"])
+    files = {
+        "keys": save_array(out_dir, f"keys-{index:05d}.npy", np.concatenate([p.keys for p in parts])),
+        "values": save_array(out_dir, f"values-{index:05d}.npy", np.concatenate([p.values for p in parts])),
+    }
+    if parts[0].lm_logprob is not None:
+        files["lm"] = save_array(out_dir, f"lm-{index:05d}.npy", np.concatenate([p.lm_logprob for p in parts]))
+    rows = files["values"]["shape"][0]
+    manifest["shards"].append({"index": index, "windows": num_windows, "rows": rows, "files": files})
+    manifest["rows"] += rows
+    write_json(out_dir / MANIFEST, manifest)
+    return manifest
+
+
+class KeyStore:
+    """Read side of a keystore: verified, memory-mapped shards; row i is datastore id i."""
+
+    def __init__(self, path: str | Path, verify: bool = True):
+        self.path = Path(path)
+        what = f"keystore {self.path}"
+        self.manifest = read_json(self.path / MANIFEST, what)
+        if self.manifest.get("format") != FORMAT:
+            raise CorruptArtifact(f"{what}: {MANIFEST} is not a keystore manifest")
+        if not self.manifest.get("complete"):
+            raise CorruptArtifact(f"{what} is incomplete (its build was interrupted): rerun the datastore stage")
+        self.shards = [
+            {name: load_array(self.path, entry, verify, what) for name, entry in s["files"].items()}
+            for s in self.manifest["shards"]
+        ]
+        offsets = np.cumsum([0] + [s["rows"] for s in self.manifest["shards"]])
+        self.offsets = offsets  # shard i holds rows offsets[i]:offsets[i+1]
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.offsets[-1])
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.manifest["backbone"]["hidden_size"])
+
+    @property
+    def fingerprint(self) -> dict:
+        return self.manifest["backbone"]
+
+    def check_backbone(self, model, tokenizer) -> None:
+        check_fingerprint(self.fingerprint, fingerprint(model, tokenizer), f"datastore {self.path}")
+
+    def array(self, name: str) -> np.ndarray:
+        """All shards of one field concatenated in RAM (``keys``, ``values`` or ``lm``)."""
+        if name not in self.shards[0]:
+            raise MlpmemError(f"keystore {self.path} has no field {name!r}")
+        return np.concatenate([s[name] for s in self.shards])
+
+    def iter_shards(self, name: str):
+        for i, shard in enumerate(self.shards):
+            yield int(self.offsets[i]), shard[name]

@@ -1,0 +1,227 @@
+"""The retrieval half of the pipeline, stage by stage, inside one run folder.
+
+    run_dir/
+      config.yaml            the resolved configuration
+      corpus/                prepared splits (for raw user corpora)
+      datastore/             training keystore = the kNN datastore (keys, next tokens)
+      eval/{validation,test} evaluation keystores (keys, next tokens, backbone log-probs)
+      knnlm/                 neighbour lists of eval queries, the sweep, results.json
+      teacher/               sparse top-K kNN targets for every datastore position
+      timings.json           seconds and tokens/s of every stage
+
+Every stage is idempotent: rerun, it reuses what is complete and resumes what is not.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from mlpmem.config import CorpusConfig, PipelineConfig
+from mlpmem.corpus import SPLITS, Document, read_documents, split_files, tokenize_documents
+from mlpmem.errors import CorpusError
+from mlpmem.shards import read_json, write_json
+
+
+class Run:
+    """A run folder plus its configuration; lazily loads the backbone once."""
+
+    def __init__(self, cfg: PipelineConfig, progress: bool = True):
+        self.cfg, self.progress = cfg, progress
+        self.dir = Path(cfg.run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        self._backbone = None
+
+    @property
+    def backbone(self):
+        if self._backbone is None:
+            from mlpmem.backbone import load_backbone
+
+            self._backbone = load_backbone(self.cfg.backbone.name)
+        return self._backbone
+
+    def path(self, *parts: str) -> Path:
+        return self.dir.joinpath(*parts)
+
+    def record_timing(self, stage: str, **values) -> None:
+        path = self.path("timings.json")
+        timings = read_json(path, "timings") if path.exists() else {}
+        timings[stage] = values
+        write_json(path, timings)
+
+    def timings(self) -> dict:
+        path = self.path("timings.json")
+        return read_json(path, "timings") if path.exists() else {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Corpus
+
+
+def corpus_folder(run: Run) -> Path:
+    """A folder with train/validation/test.jsonl: shipped, prepared by the user, or split here."""
+    cfg = run.cfg.corpus
+    if cfg.name is not None:
+        from mlpmem.shipped_corpora import prepare
+
+        return prepare(cfg.name, seed=run.cfg.seed)
+    path = Path(cfg.path)
+    if path.is_dir() and all((path / f"{s}.jsonl").is_file() for s in SPLITS):
+        return path
+    return split_by_document(read_documents(path), cfg, run.path("corpus"), run.cfg.seed)
+
+
+def split_by_document(docs: list[Document], cfg: CorpusConfig, out: Path, seed: int) -> Path:
+    """Seeded split of whole documents into train/validation/test (at least one document in train)."""
+    order = list(range(len(docs)))
+    random.Random(seed).shuffle(order)
+    n_val = round(len(docs) * cfg.validation_fraction)
+    n_test = round(len(docs) * cfg.test_fraction)
+    if len(docs) - n_val - n_test < 1:
+        raise CorpusError(f"corpus has {len(docs)} document(s): too few to split into train/validation/test")
+    parts = {"validation": order[:n_val], "test": order[n_val : n_val + n_test], "train": order[n_val + n_test :]}
+    out.mkdir(parents=True, exist_ok=True)
+    for split, idx in parts.items():
+        lines = [json.dumps({"id": docs[i].id, "text": docs[i].text}) for i in sorted(idx)]
+        (out / f"{split}.jsonl").write_text("\n".join(lines) + ("\n" if lines else ""))
+    return out
+
+
+def split_tokens(run: Run, split: str) -> list[np.ndarray]:
+    """Token arrays of one split, capped by ``corpus.max_tokens`` (whole documents in order, the last cut)."""
+    files = split_files(corpus_folder(run))
+    docs = read_documents(files[split]) if files[split].stat().st_size else []
+    if not docs:
+        raise CorpusError(f"the {split} split of the corpus is empty")
+    token_docs = tokenize_documents(docs, run.backbone[1])
+    cap = run.cfg.corpus.max_tokens.get(split)
+    if cap:
+        kept, total = [], 0
+        for arr in token_docs:
+            kept.append(arr[: cap - total])
+            total += len(kept[-1])
+            if total >= cap:
+                break
+        token_docs = [a for a in kept if len(a) >= 2]
+    total, block = sum(len(a) for a in token_docs), run.cfg.corpus.block_size
+    if total < block:
+        raise CorpusError(f"the {split} split has {total} tokens, shorter than one block (block_size={block})")
+    return token_docs
+
+
+# ---------------------------------------------------------------------------------------------
+# Stages
+
+
+def stage_datastore(run: Run, rebuild: bool = False) -> dict:
+    """Keys of the training split (truncated forward) and evaluation keystores with LM log-probs."""
+    from mlpmem.datastore import build_keystore
+    from mlpmem.index import set_threads
+
+    set_threads()
+    cfg, (model, tokenizer) = run.cfg, run.backbone
+    summary = {}
+    for split, folder, with_lm in (("train", "datastore", False), ("validation", "eval/validation", True),
+                                   ("test", "eval/test", True)):
+        tokens = split_tokens(run, split)
+        t0 = time.perf_counter()
+        manifest = build_keystore(
+            model, tokenizer, tokens, run.path(folder), layer=cfg.backbone.layer, site=cfg.backbone.site,
+            block_size=cfg.corpus.block_size, stride=cfg.corpus.stride, batch_size=cfg.datastore.batch_size,
+            batches_per_shard=cfg.datastore.batches_per_shard, with_lm=with_lm, rebuild=rebuild,
+            progress=run.progress, desc=f"keys {split}")
+        seconds = time.perf_counter() - t0
+        summary[split] = {"tokens": manifest["rows"], "seconds": seconds}
+        if seconds > 1:  # a reused, complete keystore is not a measurement
+            run.record_timing(f"keys_{split}", tokens=manifest["rows"], seconds=seconds,
+                              tokens_per_s=manifest["rows"] / seconds, with_lm=with_lm)
+    return summary
+
+
+def stage_knnlm(run: Run) -> dict:
+    """Search eval queries once, sweep (k, T, λ) on validation, apply the best to test."""
+    from mlpmem.baselines import knnlm
+    from mlpmem.datastore import KeyStore
+    from mlpmem.index import build_index, set_threads
+
+    set_threads()
+    cfg = run.cfg.knnlm
+    store = KeyStore(run.path("datastore"))
+    if cfg.k_max > store.num_rows:
+        raise CorpusError(f"knnlm k={cfg.k_max} is larger than the datastore ({store.num_rows} keys)")
+    index = None
+    splits = {}
+    for split in ("validation", "test"):
+        queries = KeyStore(run.path("eval", split))
+        _check_same_keys(store, queries)
+        t0 = time.perf_counter()
+        if not (run.path("knnlm", split, "neighbours.json")).exists():
+            index = index or build_index(store, run.cfg.teacher.index)
+        dists, ids = knnlm.search_neighbours(index, queries, cfg.k_max, run.path("knnlm", split), cfg.query_batch,
+                                             run.progress)
+        run.record_timing(f"knn_search_{split}", queries=queries.num_rows, seconds=time.perf_counter() - t0)
+        splits[split] = knnlm.EvalSplit.load(queries, dists, ids, store.array("values"))
+    rows = knnlm.sweep(splits["validation"], cfg)
+    chosen = knnlm.best(rows)
+    results = {
+        "chosen": {k: chosen[k] for k in ("k", "temperature", "lambda")},
+        "validation": {"backbone_ppl": splits["validation"].ppl(1, 1.0, 0.0), "knnlm_ppl": chosen["ppl"]},
+        "test": {
+            "backbone_ppl": splits["test"].ppl(1, 1.0, 0.0),
+            "knnlm_ppl": splits["test"].ppl(chosen["k"], chosen["temperature"], chosen["lambda"]),
+            "tokens": int(splits["test"].targets.numel()),
+        },
+        "datastore_tokens": store.num_rows,
+        "sweep": rows,
+    }
+    write_json(run.path("knnlm", "results.json"), results)
+    return results
+
+
+def _check_same_keys(store, queries) -> None:
+    from mlpmem.backbone import check_fingerprint
+    from mlpmem.errors import FingerprintMismatch
+
+    check_fingerprint(store.fingerprint, queries.fingerprint, f"evaluation keystore {queries.path}")
+    for key in ("layer", "site", "block_size", "stride"):
+        if store.manifest[key] != queries.manifest[key]:
+            raise FingerprintMismatch(f"{queries.path} uses {key}={queries.manifest[key]}, the datastore "
+                                      f"{store.manifest[key]}")
+
+
+def teacher_config(run: Run):
+    """The teacher configuration, with T taken from the kNN-LM sweep when so configured."""
+    import dataclasses
+
+    cfg = run.cfg.teacher
+    results = run.path("knnlm", "results.json")
+    if run.cfg.teacher_temperature_from_knnlm and results.exists():
+        cfg = dataclasses.replace(cfg, temperature=read_json(results, "knnlm results")["chosen"]["temperature"])
+    return cfg
+
+
+def stage_teacher(run: Run, rebuild: bool = False) -> dict:
+    from mlpmem.teacher import build_teacher
+
+    t0 = time.perf_counter()
+    manifest = build_teacher(run.path("datastore"), run.path("teacher"), teacher_config(run), rebuild=rebuild,
+                             progress=run.progress)
+    seconds = time.perf_counter() - t0
+    if seconds > 1:
+        run.record_timing("teacher", tokens=manifest["rows"], seconds=seconds, tokens_per_s=manifest["rows"] / seconds,
+                          bytes_per_token=manifest["bytes_per_token"])
+    return manifest
+
+
+def run_pipeline(run: Run, rebuild: bool = False) -> dict:
+    """datastore -> kNN-LM sweep and test -> teacher; returns the kNN-LM results."""
+    stage_datastore(run, rebuild)
+    results = stage_knnlm(run)
+    stage_teacher(run, rebuild)
+    return results

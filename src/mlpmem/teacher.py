@@ -1,0 +1,216 @@
+"""The kNN teacher: for every datastore position, a sparse next-token distribution from its neighbours.
+
+For query position q with key f(c_q), search k neighbours in the datastore **excluding q's own id**
+(search k+1 and mask ``id == q``; never "drop the first hit", which is wrong under ties, PQ noise and
+duplicated text), then
+
+    p_kNN(y | c_q) ∝ Σ_{i in N(q)} 1[v_i = y] · exp(−d_i / T),      d = squared L2.
+
+The distribution is stored sparse: the ``top_k`` most probable tokens (int32 ids, fp16 probabilities,
+``-1``/0 padding) and the residual mass ``1 − Σ top_k`` (fp32), i.e. ``6·K + 4`` bytes per token.
+Teacher shard i covers the rows of datastore shard i, so a killed build resumes shard by shard.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from mlpmem.datastore import KeyStore
+from mlpmem.errors import ConfigError, CorruptArtifact, FingerprintMismatch
+from mlpmem.index import IndexConfig, build_index
+from mlpmem.shards import (MANIFEST, clean_temporaries, compare_settings, load_array, read_json, save_array,
+                           sha256_file, write_json)
+
+FORMAT = "mlpmem.teacher/1"
+
+
+@dataclass
+class TeacherConfig:
+    k: int = 1024
+    """Neighbours per query (after excluding the query itself)."""
+    temperature: float = 3.0
+    """T in exp(−d/T); distances are squared L2 of the keys."""
+    top_k: int = 32
+    """Tokens kept per position in the sparse target (K)."""
+    query_batch: int = 512
+    index: IndexConfig = field(default_factory=IndexConfig)
+
+    def __post_init__(self):
+        if isinstance(self.index, dict):
+            self.index = IndexConfig(**self.index)
+        if self.k < 1 or self.top_k < 1 or self.query_batch < 1:
+            raise ConfigError("teacher k, top_k and query_batch must be >= 1")
+        if not self.temperature > 0:
+            raise ConfigError(f"teacher temperature must be > 0, got {self.temperature}")
+
+
+def exclude_and_weight(dists: torch.Tensor, ids: torch.Tensor, query_ids: torch.Tensor | None, k: int,
+                       temperature: float) -> torch.Tensor:
+    """Weights ``(B, k')``: softmax(−d/T) over the first k valid neighbours (self and ``-1`` ids excluded)."""
+    valid = ids >= 0  # (B, k')
+    if query_ids is not None:
+        valid &= ids != query_ids[:, None]
+    keep = valid & (torch.cumsum(valid.long(), dim=1) <= k)
+    logits = torch.where(keep, -dists / temperature, torch.full_like(dists, -torch.inf))
+    weights = torch.softmax(logits, dim=1)
+    return torch.nan_to_num(weights, nan=0.0)  # a row with no valid neighbour gets all-zero weights
+
+
+def aggregate_by_token(tokens: torch.Tensor, weights: torch.Tensor, top_k: int):
+    """Sum weights per distinct token in each row, keep the ``top_k`` largest (vectorized sort + segment sum).
+
+    tokens, weights: (B, k). Returns ids (B, top_k) int64 (−1 padding), probs (B, top_k) fp32, descending.
+    """
+    sorted_tok, order = torch.sort(tokens, dim=1)  # (B, k)
+    w = weights.gather(1, order)
+    csum = torch.cumsum(w, dim=1)
+    last = torch.ones_like(sorted_tok, dtype=torch.bool)
+    last[:, :-1] = sorted_tok[:, 1:] != sorted_tok[:, :-1]  # last element of each run of equal tokens
+    run_end = torch.where(last, csum, torch.zeros_like(csum))
+    before = torch.cummax(run_end, dim=1).values  # csum at the latest run end <= j (weights >= 0)
+    before = torch.cat([torch.zeros_like(before[:, :1]), before[:, :-1]], 1)
+    seg = torch.where(last, csum - before, torch.full_like(csum, -1.0))  # run totals, −1 elsewhere
+    kk = min(top_k, seg.shape[1])
+    probs, pos = torch.topk(seg, kk, dim=1)
+    ids = sorted_tok.gather(1, pos)
+    pad = probs <= 0
+    probs = probs.clamp_min(0).masked_fill(pad, 0.0)
+    ids = ids.masked_fill(pad, -1)
+    if kk < top_k:
+        probs = torch.nn.functional.pad(probs, (0, top_k - kk))
+        ids = torch.nn.functional.pad(ids, (0, top_k - kk), value=-1)
+    return ids, probs
+
+
+def aggregate_reference(tokens: np.ndarray, weights: np.ndarray, top_k: int):
+    """Plain-loop reference of :func:`aggregate_by_token` (for tests)."""
+    ids = np.full((len(tokens), top_k), -1, dtype=np.int64)
+    probs = np.zeros((len(tokens), top_k), dtype=np.float64)
+    for r, (tok_row, w_row) in enumerate(zip(tokens, weights)):
+        sums: dict[int, float] = {}
+        for t, w in zip(tok_row, w_row):
+            sums[int(t)] = sums.get(int(t), 0.0) + float(w)
+        best = sorted(((p, t) for t, p in sums.items() if p > 0), key=lambda x: (-x[0], x[1]))[:top_k]
+        for j, (p, t) in enumerate(best):
+            ids[r, j], probs[r, j] = t, p
+    return ids, probs
+
+
+def knn_sparse(dists, ids, values: np.ndarray, query_ids, k: int, temperature: float, top_k: int):
+    """Sparse teacher rows from raw search results: ``(ids int32, probs fp32, residual fp32)``."""
+    dists_t, ids_t = torch.from_numpy(dists), torch.from_numpy(ids)
+    qid = None if query_ids is None else torch.as_tensor(query_ids, dtype=torch.long)
+    weights = exclude_and_weight(dists_t, ids_t, qid, k, temperature)  # (B, k')
+    tokens = torch.from_numpy(values[np.clip(ids, 0, None)].astype(np.int64))  # (B, k')
+    tok, prob = aggregate_by_token(tokens, weights, top_k)
+    residual = (weights.sum(1) - prob.sum(1)).clamp_min(0)  # mass outside the top_k tokens
+    return tok.to(torch.int32).numpy(), prob.numpy(), residual.numpy().astype(np.float32)
+
+
+def _settings(store: KeyStore, cfg: TeacherConfig) -> dict:
+    return {
+        "format": FORMAT,
+        "datastore_manifest_sha": sha256_file(store.path / MANIFEST),
+        "backbone": store.fingerprint,
+        "k": cfg.k,
+        "temperature": cfg.temperature,
+        "top_k": cfg.top_k,
+        "index": vars(cfg.index),
+    }
+
+
+def build_teacher(datastore_dir: str | Path, out_dir: str | Path, cfg: TeacherConfig, rebuild=False,
+                  progress=True) -> dict:
+    """Search every datastore position's neighbours (self excluded) and store sparse top-K targets."""
+    from mlpmem.index import set_threads
+
+    set_threads()
+    store = KeyStore(datastore_dir)
+    if cfg.k >= store.num_rows:
+        raise ConfigError(f"teacher k={cfg.k} must be smaller than the datastore ({store.num_rows} keys)")
+    out_dir = Path(out_dir)
+    if rebuild:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    clean_temporaries(out_dir)
+    manifest = _start_manifest(out_dir, _settings(store, cfg), store)
+    if manifest["complete"]:
+        return manifest
+    index = build_index(store, cfg.index)
+    values = store.array("values")
+    bar = tqdm(total=store.num_rows, initial=manifest["rows"], desc="teacher", unit="tok", disable=not progress,
+               dynamic_ncols=True)
+    for s in range(len(manifest["shards"]), len(store.shards)):
+        keys, offset = store.shards[s]["keys"], int(store.offsets[s])
+        parts = []
+        for b in range(0, len(keys), cfg.query_batch):
+            q = np.asarray(keys[b : b + cfg.query_batch], dtype=np.float32)
+            d, i = index.search(q, cfg.k + 1)
+            parts.append(knn_sparse(d, i, values, np.arange(offset + b, offset + b + len(q)), cfg.k,
+                                    cfg.temperature, cfg.top_k))
+            bar.update(len(q))
+        _write_shard(out_dir, manifest, s, parts)
+    bar.close()
+    manifest["complete"] = True
+    write_json(out_dir / MANIFEST, manifest)
+    return manifest
+
+
+def _start_manifest(out_dir: Path, settings: dict, store: KeyStore) -> dict:
+    path = out_dir / MANIFEST
+    if path.exists():
+        manifest = read_json(path, "teacher")
+        compare_settings(manifest, settings, f"teacher {out_dir}")
+        for shard in manifest["shards"]:
+            for entry in shard["files"].values():
+                load_array(out_dir, entry, verify=True, what=f"teacher {out_dir}")
+        return manifest
+    manifest = dict(settings, rows=0, shards=[], complete=False, bytes_per_token=None)
+    write_json(path, manifest)
+    return manifest
+
+
+def _write_shard(out_dir: Path, manifest: dict, index: int, parts) -> None:
+    ids, probs, residual = (np.concatenate(x) for x in zip(*parts))
+    files = {
+        "ids": save_array(out_dir, f"ids-{index:05d}.npy", ids.astype(np.int32)),
+        "probs": save_array(out_dir, f"probs-{index:05d}.npy", probs.astype(np.float16)),
+        "residual": save_array(out_dir, f"residual-{index:05d}.npy", residual.astype(np.float32)),
+    }
+    manifest["shards"].append({"index": index, "rows": len(ids), "files": files})
+    manifest["rows"] += len(ids)
+    manifest["bytes_per_token"] = ids.shape[1] * (4 + 2) + 4
+    write_json(out_dir / MANIFEST, manifest)
+
+
+class TeacherStore:
+    """Read side of the sparse teacher, checked against the datastore it was built from."""
+
+    def __init__(self, path: str | Path, datastore: KeyStore | None = None, verify: bool = True):
+        self.path = Path(path)
+        what = f"teacher {self.path}"
+        self.manifest = read_json(self.path / MANIFEST, what)
+        if self.manifest.get("format") != FORMAT:
+            raise CorruptArtifact(f"{what}: {MANIFEST} is not a teacher manifest")
+        if not self.manifest.get("complete"):
+            raise CorruptArtifact(f"{what} is incomplete (its build was interrupted): rerun the teacher stage")
+        if datastore is not None:
+            if sha256_file(datastore.path / MANIFEST) != self.manifest["datastore_manifest_sha"]:
+                raise FingerprintMismatch(f"{what} was built from another datastore than {datastore.path}")
+        self.shards = [
+            {name: load_array(self.path, entry, verify, what) for name, entry in s["files"].items()}
+            for s in self.manifest["shards"]
+        ]
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.manifest["rows"])
+
+    def array(self, name: str) -> np.ndarray:
+        return np.concatenate([s[name] for s in self.shards])

@@ -1,0 +1,78 @@
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mlpmem.cli import main
+from mlpmem.config import PipelineConfig
+from mlpmem.errors import ConfigError
+from conftest import corpus_text
+
+CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_preset_loads(path):
+    cfg = PipelineConfig.from_yaml(path)
+    assert cfg.run_dir
+
+
+def test_config_errors(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("corpus: {stride: 0}\n")
+    with pytest.raises(ConfigError, match="stride"):
+        PipelineConfig.from_yaml(bad)
+    bad.write_text("teacher: {kk: 3}\n")
+    with pytest.raises(ConfigError, match="unknown config key"):
+        PipelineConfig.from_yaml(bad)
+    bad.write_text("a: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        PipelineConfig.from_yaml(bad)
+
+
+@pytest.fixture()
+def tiny_run(tmp_path, tiny_backbone_dir):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i, text in enumerate(corpus_text(10)):
+        (corpus / f"doc{i}.txt").write_text(text)
+    return ["configs/tiny.yaml", "--quiet", "--set", f"run_dir={tmp_path / 'run'}",
+            "--set", f"backbone.name={tiny_backbone_dir}", "--set", f"corpus.path={corpus}"]
+
+
+def test_cli_runs_end_to_end(tiny_run, tmp_path, capsys):
+    assert main(["run", *tiny_run]) == 0
+    out = capsys.readouterr().out
+    assert "test PPL backbone → kNN-LM" in out
+    results = json.loads((tmp_path / "run" / "knnlm" / "results.json").read_text())
+    assert results["chosen"]["k"] in (4, 8)
+    assert results["test"]["knnlm_ppl"] <= results["test"]["backbone_ppl"] * 1.5
+    # the stages are idempotent: running again reuses everything
+    assert main(["teacher", *tiny_run]) == 0
+    assert "teacher:" in capsys.readouterr().out
+
+
+def test_cli_errors_are_one_line(tiny_run, capsys):
+    assert main(["knnlm", *tiny_run, "--set", "knnlm.lambda_grid=[0.1, 2.0]"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mlpmem: error:") and "[0, 1]" in err and "\n" not in err
+    assert main(["run", *tiny_run, "--set", "teacher.k=100000"]) == 2
+    assert "smaller than the datastore" in capsys.readouterr().err
+
+
+def test_cli_empty_corpus(tmp_path, tiny_backbone_dir, capsys):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("")
+    code = main(["datastore", "configs/tiny.yaml", "--quiet", "--set", f"run_dir={tmp_path / 'r'}",
+                 "--set", f"backbone.name={tiny_backbone_dir}", "--set", f"corpus.path={corpus}"])
+    assert code == 2 and "empty" in capsys.readouterr().err
+
+
+def test_cli_corpus_shorter_than_one_block(tmp_path, tiny_backbone_dir, capsys):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("The keeper.")
+    code = main(["datastore", "configs/tiny.yaml", "--quiet", "--set", f"run_dir={tmp_path / 'r'}",
+                 "--set", f"backbone.name={tiny_backbone_dir}", "--set", f"corpus.path={corpus}",
+                 "--set", "corpus.validation_fraction=0", "--set", "corpus.test_fraction=0"])
+    assert code == 2 and "shorter than one block" in capsys.readouterr().err

@@ -1,0 +1,101 @@
+import numpy as np
+import pytest
+import torch
+
+from mlpmem.backbone import KeyHook
+from mlpmem.corpus import Document, count_targets, tokenize_documents
+from mlpmem.datastore import KeyStore, build_keystore
+from mlpmem.errors import CorruptArtifact, FingerprintMismatch
+from conftest import corpus_text, make_llama
+
+KW = dict(layer=-1, site="ffn_input", block_size=24, stride=12, batch_size=2, batches_per_shard=2, progress=False)
+
+
+@pytest.fixture()
+def docs(tiny_tokenizer):
+    return tokenize_documents([Document(str(i), t) for i, t in enumerate(corpus_text(5))], tiny_tokenizer)
+
+
+def test_rows_equal_labelled_tokens_and_keys_match_model(docs, tiny_llama, tiny_tokenizer, tmp_path):
+    manifest = build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", with_lm=True, **KW)
+    store = KeyStore(tmp_path / "ds")
+    assert store.num_rows == manifest["rows"] == count_targets([len(d) for d in docs])
+    assert len(store.shards) > 1
+    values = store.array("values")
+    assert np.array_equal(values, np.concatenate([d[1:] for d in docs]))
+    # the first window of document 0 holds its first 23 targets: compare keys and LM log-probs by hand
+    ids = torch.from_numpy(docs[0][:24].astype(np.int64))[None]
+    with torch.no_grad(), KeyHook(tiny_llama, -1, "ffn_input") as hook:
+        logits = tiny_llama(ids).logits
+    np.testing.assert_allclose(store.array("keys")[:23], hook.keys[0, :23].half().numpy(), atol=2e-3)
+    lp = torch.log_softmax(logits[0, :23], -1).gather(1, ids[0, 1:, None])[:, 0]
+    np.testing.assert_allclose(store.array("lm")[:23], lp.numpy(), atol=1e-5)
+
+
+def test_resume_after_kill_is_byte_identical(docs, tiny_llama, tiny_tokenizer, tmp_path, monkeypatch):
+    build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "full", **KW)
+    import mlpmem.datastore as ds
+
+    real, calls = ds._write_shard, []
+
+    def dying_write(*args):
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # killed after two complete shards
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(ds, "_write_shard", dying_write)
+    with pytest.raises(KeyboardInterrupt):
+        build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "part", **KW)
+    monkeypatch.setattr(ds, "_write_shard", real)
+    with pytest.raises(CorruptArtifact, match="incomplete"):
+        KeyStore(tmp_path / "part")
+    build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "part", **KW)
+    full = sorted(p.name for p in (tmp_path / "full").glob("*.npy"))
+    assert full == sorted(p.name for p in (tmp_path / "part").glob("*.npy"))
+    for name in full:
+        assert (tmp_path / "full" / name).read_bytes() == (tmp_path / "part" / name).read_bytes()
+
+
+def test_rerun_of_complete_store_does_nothing(docs, tiny_llama, tiny_tokenizer, tmp_path):
+    build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", **KW)
+    before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "ds").iterdir()}
+    build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", **KW)
+    assert before == {p.name: p.stat().st_mtime_ns for p in (tmp_path / "ds").iterdir()}
+
+
+def test_changed_settings_refuse_to_mix(docs, tiny_llama, tiny_tokenizer, tmp_path):
+    build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", **KW)
+    with pytest.raises(CorruptArtifact, match="stride"):
+        build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", **dict(KW, stride=8))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "bitflip", "delete"])
+def test_corrupted_shard_is_detected(docs, tiny_llama, tiny_tokenizer, tmp_path, damage):
+    build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", **KW)
+    shard = tmp_path / "ds" / "keys-00001.npy"
+    data = bytearray(shard.read_bytes())
+    if damage == "truncate":
+        shard.write_bytes(data[: len(data) // 2])
+    elif damage == "bitflip":
+        data[-7] ^= 0x10
+        shard.write_bytes(bytes(data))
+    else:
+        shard.unlink()
+    with pytest.raises(CorruptArtifact, match="keys-00001.npy"):
+        KeyStore(tmp_path / "ds")
+
+
+def test_other_backbone_is_rejected(docs, tiny_llama, tiny_tokenizer, tmp_path):
+    build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", **KW)
+    with pytest.raises(FingerprintMismatch, match="differs in weights_sha"):
+        KeyStore(tmp_path / "ds").check_backbone(make_llama(len(tiny_tokenizer), seed=5), tiny_tokenizer)
+
+
+def test_nan_keys_are_an_error(docs, tiny_tokenizer, tmp_path):
+    model = make_llama(len(tiny_tokenizer))
+    with torch.no_grad():
+        model.model.layers[2].post_attention_layernorm.weight.fill_(float("nan"))
+    with pytest.raises(CorruptArtifact, match="NaN"):
+        build_keystore(model, tiny_tokenizer, docs, tmp_path / "ds", **KW)
+    assert not list((tmp_path / "ds").glob("keys-*.npy"))

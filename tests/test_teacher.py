@@ -1,0 +1,148 @@
+import numpy as np
+import pytest
+import torch
+
+from mlpmem.corpus import Document, tokenize_documents
+from mlpmem.datastore import KeyStore, build_keystore
+from mlpmem.errors import ConfigError, FingerprintMismatch
+from mlpmem.index import ExactIndex, FaissIndex, IndexConfig, build_index
+from mlpmem.teacher import (TeacherConfig, TeacherStore, aggregate_by_token, aggregate_reference, build_teacher,
+                            exclude_and_weight)
+from conftest import corpus_text
+
+KW = dict(layer=-1, site="ffn_input", block_size=24, stride=12, batch_size=2, batches_per_shard=2, progress=False)
+
+
+@pytest.fixture()
+def store_dir(tiny_llama, tiny_tokenizer, tmp_path):
+    # duplicated documents: identical contexts give identical keys (distance-0 ties with the query itself)
+    texts = corpus_text(4) * 2
+    docs = tokenize_documents([Document(str(i), t) for i, t in enumerate(texts)], tiny_tokenizer)
+    build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", **KW)
+    return tmp_path / "ds"
+
+
+def test_aggregation_equals_reference_loop():
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, 7, (50, 20), generator=g)
+    weights = torch.softmax(torch.randn(50, 20, generator=g), 1)
+    weights[:5, 10:] = 0  # some rows with fewer valid neighbours
+    ids, probs = aggregate_by_token(tokens, weights, top_k=4)
+    ref_ids, ref_probs = aggregate_reference(tokens.numpy(), weights.numpy(), 4)
+    np.testing.assert_allclose(probs.numpy(), ref_probs, rtol=1e-5, atol=1e-6)
+    # ids agree wherever probabilities are not tied
+    untied = np.abs(np.diff(ref_probs, axis=1, append=-1)) > 1e-6
+    assert np.array_equal(ids.numpy()[untied & (ref_probs > 0)], ref_ids[untied & (ref_probs > 0)])
+
+
+def test_exclusion_is_by_id_not_by_rank():
+    dists = torch.tensor([[0.0, 0.0, 1.0, 2.0]])  # a tie at distance 0: the query is the *second* hit
+    ids = torch.tensor([[7, 3, 5, 9]])
+    w = exclude_and_weight(dists, ids, torch.tensor([3]), k=2, temperature=1.0)
+    assert w[0, 1] == 0 and w[0, 3] == 0  # self excluded, only k=2 kept: ids 7 and 5
+    torch.testing.assert_close(w[0, [0, 2]], torch.softmax(torch.tensor([0.0, -1.0]), 0))
+
+
+def test_no_position_is_its_own_neighbour_even_with_duplicates(store_dir, tmp_path):
+    store = KeyStore(store_dir)
+    keys = store.array("keys")
+    index = ExactIndex(keys)
+    d, i = index.search(keys[:64].astype(np.float32), 9)
+    assert (d[:, 0] < 1e-3).all()  # duplicated text: several distance-0 hits
+    w = exclude_and_weight(torch.from_numpy(d), torch.from_numpy(i), torch.arange(64), 8, 1.0)
+    assert not ((torch.from_numpy(i) == torch.arange(64)[:, None]) & (w > 0)).any()
+    assert ((w > 0).sum(1) == 8).all()
+
+
+def test_teacher_rows_sum_to_one_and_are_sparse(store_dir, tmp_path):
+    cfg = TeacherConfig(k=16, temperature=2.0, top_k=4, query_batch=7)
+    manifest = build_teacher(store_dir, tmp_path / "t", cfg, progress=False)
+    store = KeyStore(store_dir)
+    teacher = TeacherStore(tmp_path / "t", datastore=store)
+    assert teacher.num_rows == store.num_rows
+    ids, probs, residual = teacher.array("ids"), teacher.array("probs"), teacher.array("residual")
+    assert ids.shape == (store.num_rows, 4) and ids.dtype == np.int32 and probs.dtype == np.float16
+    np.testing.assert_allclose(probs.astype(np.float64).sum(1) + residual, 1.0, atol=2e-3)
+    assert ((ids >= 0) | (probs == 0)).all()
+    assert manifest["bytes_per_token"] == 4 * 6 + 4
+    # teacher row 0 equals a direct computation from exact neighbours
+    keys, values = store.array("keys").astype(np.float32), store.array("values")
+    d = ((keys - keys[0]) ** 2).sum(1)
+    d[0] = np.inf
+    nn = np.argsort(d, kind="stable")[:16]
+    w = torch.softmax(torch.from_numpy(-d[nn] / 2.0), 0).numpy()
+    ref_ids, ref_probs = aggregate_reference(values[nn][None], w[None], 4)
+    np.testing.assert_allclose(probs[0], ref_probs[0], atol=2e-3)
+
+
+def test_teacher_resumes_and_checks_datastore(store_dir, tmp_path, monkeypatch):
+    cfg = TeacherConfig(k=8, temperature=1.0, top_k=4)
+    build_teacher(store_dir, tmp_path / "full", cfg, progress=False)
+    import mlpmem.teacher as tm
+
+    real, calls = tm._write_shard, []
+
+    def dying(*args):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(tm, "_write_shard", dying)
+    with pytest.raises(KeyboardInterrupt):
+        build_teacher(store_dir, tmp_path / "part", cfg, progress=False)
+    monkeypatch.setattr(tm, "_write_shard", real)
+    build_teacher(store_dir, tmp_path / "part", cfg, progress=False)
+    for f in sorted((tmp_path / "full").glob("*.npy")):
+        assert f.read_bytes() == (tmp_path / "part" / f.name).read_bytes()
+
+
+def test_teacher_errors(store_dir, tmp_path):
+    store = KeyStore(store_dir)
+    with pytest.raises(ConfigError, match="smaller than the datastore"):
+        build_teacher(store_dir, tmp_path / "t", TeacherConfig(k=store.num_rows), progress=False)
+    with pytest.raises(ConfigError, match="temperature"):
+        TeacherConfig(temperature=0)
+    build_teacher(store_dir, tmp_path / "t", TeacherConfig(k=4, top_k=2), progress=False)
+    manifest = store_dir / "manifest.json"
+    manifest.write_text(manifest.read_text().replace('"stride": 12', '"stride": 12 '))
+    with pytest.raises(FingerprintMismatch, match="another datastore"):
+        TeacherStore(tmp_path / "t", datastore=KeyStore(store_dir))
+
+
+@pytest.mark.parametrize("kind", ["ivf_flat", "ivf_pq"])
+def test_ivf_agrees_with_exact(kind):
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(20, 16)).astype(np.float32) * 4
+    keys = (centers[rng.integers(0, 20, 4000)] + rng.normal(size=(4000, 16))).astype(np.float16)
+
+    class Store:  # the two things an index needs of a keystore
+        num_rows, hidden_size, path = 4000, 16, "mem"
+
+        def array(self, name):
+            return keys
+
+        def iter_shards(self, name):
+            yield 0, keys[:2500]
+            yield 2500, keys[2500:]
+
+    exact = ExactIndex(keys)
+    approx = build_index(Store(), IndexConfig(kind=kind, nlist=16, nprobe=16, pq_bytes=8, rerank=True))
+    assert isinstance(approx, FaissIndex)
+    q = keys[:100].astype(np.float32) + 0.1
+    de, ie = exact.search(q, 10)
+    da, ia = approx.search(q, 10)
+    recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(ia, ie)])
+    assert recall > (0.99 if kind == "ivf_flat" else 0.8)
+    np.testing.assert_allclose(de[:, 0], da[:, 0], rtol=1e-3, atol=1e-3)
+
+
+def test_exact_search_matches_bruteforce_across_chunks():
+    rng = np.random.default_rng(1)
+    keys = rng.normal(size=(1000, 8)).astype(np.float16)
+    idx = ExactIndex(keys, chunk=128)
+    q = rng.normal(size=(5, 8)).astype(np.float32)
+    d, i = idx.search(q, 7)
+    full = ((keys.astype(np.float32)[None] - q[:, None]) ** 2).sum(-1)
+    assert np.array_equal(i, np.argsort(full, 1)[:, :7])
+    np.testing.assert_allclose(d, np.sort(full, 1)[:, :7], rtol=1e-4, atol=1e-4)
