@@ -222,7 +222,7 @@ def fingerprint(model, tokenizer) -> dict:
         "num_layers": len(decoder_layers(model)),
         "vocab_size": int(model.get_output_embeddings().weight.shape[0]),
         "tokenizer_sha": tokenizer_hash(tokenizer),
-        "weights_sha": hashlib.sha256(emb[:256].float().contiguous().numpy().tobytes()).hexdigest()[:16],
+        "weights_sha": hashlib.sha256(emb[:256].float().cpu().contiguous().numpy().tobytes()).hexdigest()[:16],
     }
 
 

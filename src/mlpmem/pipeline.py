@@ -148,7 +148,7 @@ def stage_knnlm(run: Run) -> dict:
     """Search eval queries once, sweep (k, T, λ) on validation, apply the best to test."""
     from mlpmem.baselines import knnlm
     from mlpmem.datastore import KeyStore
-    from mlpmem.index import build_index, set_threads
+    from mlpmem.index import IndexConfig, build_index, set_threads
 
     set_threads()
     cfg = run.cfg.knnlm
@@ -162,7 +162,8 @@ def stage_knnlm(run: Run) -> dict:
         _check_same_keys(store, queries)
         t0 = time.perf_counter()
         if not (run.path("knnlm", split, "neighbours.json")).exists():
-            index = index or build_index(store, run.cfg.teacher.index)
+            index_cfg = IndexConfig(kind="exact") if cfg.exact else run.cfg.teacher.index
+            index = index or build_index(store, index_cfg)
         dists, ids = knnlm.search_neighbours(index, queries, cfg.k_max, run.path("knnlm", split), cfg.query_batch,
                                              run.progress)
         run.record_timing(f"knn_search_{split}", queries=queries.num_rows, seconds=time.perf_counter() - t0)

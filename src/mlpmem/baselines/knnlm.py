@@ -30,6 +30,8 @@ class KnnLMConfig:
     temperature_grid: list[float] = field(default_factory=lambda: [1.0, 3.0, 10.0, 30.0])
     lambda_grid: list[float] = field(default_factory=lambda: [0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5])
     query_batch: int = 512
+    exact: bool = True
+    """Search evaluation queries exactly (brute force) even when the teacher uses an approximate index."""
 
     def __post_init__(self):
         if not self.k_grid or min(self.k_grid) < 1:

@@ -1,0 +1,251 @@
+"""Training the MLP Memory to imitate the kNN teacher: α·KL(p_kNN ‖ p_mem) + (1−α)·CE(w_t).
+
+Inputs are the stored keys of the datastore and the sparse teacher rows (never a dense
+[tokens, vocab] target). Each epoch visits every position once in a seeded order that depends only on
+(seed, epoch), so a run resumed from a checkpoint sees exactly the batches an uninterrupted run sees.
+AdamW, linear warmup then cosine decay, gradient clipping; the loop runs under ``accelerate`` (each
+process takes every ``world``-th batch of the shared order). Checkpoints are safetensors only:
+the memory (``save_pretrained``), the optimizer moments and a JSON trainer state.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
+
+from mlpmem.errors import ConfigError, CorruptArtifact
+from mlpmem.eval.perplexity import perplexity
+from mlpmem.loss import check_alpha, sparse_hybrid_loss
+from mlpmem.memory import MLPMemory
+from mlpmem.mixing import check_lambda, mix_log_probs
+from mlpmem.shards import read_json, write_json
+
+
+@dataclass
+class TrainConfig:
+    preset: str = "small"
+    """Memory depth preset: tiny (2 blocks), small (4), base (8, the paper's), large (15)."""
+    num_layers: int | None = None
+    intermediate_size: int | None = None
+    tie_head: bool = True
+    """Head = the backbone's output embedding, frozen (else an untied head trained from scratch)."""
+    init: str = "backbone"
+    """``random`` or ``backbone`` (blocks start from the backbone's MLPs above the key layer)."""
+    alpha: float = 0.4
+    epochs: int = 2
+    batch_size: int = 512
+    lr: float = 4e-4
+    weight_decay: float = 0.01
+    warmup_fraction: float = 0.05
+    min_lr_fraction: float = 0.1
+    grad_clip: float = 1.0
+    loss_chunk: int | None = None
+    checkpoint_every: int = 200
+    """Steps between checkpoints (and always at the end of an epoch)."""
+    eval_lambdas: list[float] = field(default_factory=lambda: [round(0.05 * i, 2) for i in range(21)])
+    seed: int = 0
+
+    def __post_init__(self):
+        check_alpha(self.alpha)
+        for lam in self.eval_lambdas:
+            check_lambda(lam, "train.eval_lambdas")
+        if self.epochs < 1 or self.batch_size < 1 or self.checkpoint_every < 1:
+            raise ConfigError("train epochs, batch_size and checkpoint_every must be >= 1")
+        if not self.lr > 0 or self.grad_clip <= 0 or not 0 <= self.warmup_fraction < 1:
+            raise ConfigError("train lr and grad_clip must be > 0 and warmup_fraction in [0, 1)")
+        if self.init not in ("random", "backbone"):
+            raise ConfigError(f"train.init must be random or backbone, got {self.init!r}")
+
+
+@dataclass
+class TrainData:
+    """Keys, next tokens and sparse teacher rows of every datastore position (memory-mapped or in RAM)."""
+
+    keys: np.ndarray  # (N, d) fp16
+    targets: np.ndarray  # (N,) int32
+    teacher_ids: np.ndarray  # (N, K) int32
+    teacher_probs: np.ndarray  # (N, K) fp16
+    teacher_residual: np.ndarray  # (N,) fp32
+
+    def batch(self, idx: np.ndarray) -> dict[str, torch.Tensor]:
+        idx = np.sort(idx)  # sorted reads are sequential in the memory map; order within a batch is irrelevant
+        return {
+            "keys": torch.from_numpy(self.keys[idx].astype(np.float32)),
+            "targets": torch.from_numpy(self.targets[idx].astype(np.int64)),
+            "teacher_ids": torch.from_numpy(self.teacher_ids[idx].astype(np.int64)),
+            "teacher_probs": torch.from_numpy(self.teacher_probs[idx].astype(np.float32)),
+            "teacher_residual": torch.from_numpy(self.teacher_residual[idx]),
+        }
+
+
+@dataclass
+class EvalData:
+    keys: np.ndarray  # (n, d)
+    targets: np.ndarray  # (n,)
+    lm_logprob: np.ndarray  # (n,)
+
+
+@torch.no_grad()
+def memory_logprobs(memory: MLPMemory, keys: np.ndarray, targets: np.ndarray, batch: int = 1024) -> np.ndarray:
+    """log p_mem(target) for every row, in batches (only the target's log-prob is kept)."""
+    out = np.empty(len(keys), np.float64)
+    for b in range(0, len(keys), batch):
+        logits = memory(torch.from_numpy(np.asarray(keys[b : b + batch], np.float32)))  # (B, V)
+        tgt = torch.from_numpy(np.asarray(targets[b : b + batch], np.int64))
+        out[b : b + batch] = (logits.gather(1, tgt[:, None])[:, 0] - torch.logsumexp(logits, 1)).double().numpy()
+    return out
+
+
+def evaluate(memory: MLPMemory, data: EvalData, lambdas: list[float]) -> dict:
+    """Memory-only perplexity and the joint perplexity at each λ (mixed after softmax)."""
+    lp_mem = torch.from_numpy(memory_logprobs(memory, data.keys, data.targets))
+    lp_lm = torch.from_numpy(data.lm_logprob.astype(np.float64))
+    joint = {lam: perplexity(mix_log_probs(lp_lm, lp_mem, lam)) for lam in lambdas}
+    best = min(joint, key=lambda lam: (joint[lam], lam))
+    return {"memory_ppl": perplexity(lp_mem), "backbone_ppl": perplexity(lp_lm), "joint_ppl": joint[best],
+            "best_lambda": best, "ppl_by_lambda": {str(k): v for k, v in joint.items()}}
+
+
+def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
+    """Linear warmup, then cosine decay to ``min_lr_fraction`` of the peak (a multiplier of lr)."""
+    warm = max(1, int(cfg.warmup_fraction * total))
+    if step < warm:
+        return (step + 1) / warm
+    progress = min(1.0, (step - warm) / max(1, total - warm))
+    return cfg.min_lr_fraction + (1 - cfg.min_lr_fraction) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
+    return np.random.default_rng([seed, epoch]).permutation(n)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints (safetensors + JSON; nothing is unpickled)
+
+
+def save_checkpoint(folder: Path, memory: MLPMemory, optimizer: torch.optim.Optimizer, state: dict) -> None:
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    memory.save_pretrained(tmp / "memory")
+    tensors = {}
+    for i, p in enumerate(g for group in optimizer.param_groups for g in group["params"]):
+        for name, value in optimizer.state.get(p, {}).items():
+            tensors[f"{i}.{name}"] = torch.as_tensor(value).detach().clone().contiguous()
+    save_file(tensors, str(tmp / "optimizer.safetensors"))
+    write_json(tmp / "trainer_state.json", state)
+    old = folder.with_name(folder.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if folder.exists():
+        folder.rename(old)
+    tmp.rename(folder)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def load_checkpoint(folder: Path, memory: MLPMemory, optimizer: torch.optim.Optimizer) -> dict:
+    try:
+        saved = MLPMemory.from_pretrained(folder / "memory", backbone_model=None) if not memory.config.tie_head \
+            else None
+        tensors = load_file(str(folder / "optimizer.safetensors"))
+    except Exception as exc:  # a truncated or foreign file: name it, keep going from scratch is not safe
+        raise CorruptArtifact(f"checkpoint {folder} is unreadable: {str(exc).splitlines()[0]}") from None
+    if saved is not None:
+        memory.load_state_dict(saved.state_dict())
+    else:
+        from mlpmem.memory import _read_weights
+
+        memory.load_state_dict(_read_weights(folder / "memory" / "model.safetensors"), strict=False)
+    params = [g for group in optimizer.param_groups for g in group["params"]]
+    for key, value in tensors.items():
+        i, name = key.split(".", 1)
+        optimizer.state[params[int(i)]][name] = value
+    return read_json(folder / "trainer_state.json", "trainer state")
+
+
+# ---------------------------------------------------------------------------------------------
+# The loop
+
+
+def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainConfig, out_dir: str | Path,
+                 progress: bool = True, stop_after: int | None = None) -> dict:
+    """Train ``memory`` in place; checkpoints and history go to ``out_dir``; resumes if a checkpoint exists.
+
+    ``stop_after`` ends the run after that many steps (as a kill would), for tests.
+    """
+    from accelerate import Accelerator
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(cfg.seed)
+    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    trainable = [p for p in memory.parameters() if p.requires_grad]
+    decay = [p for p in trainable if p.ndim >= 2]
+    no_decay = [p for p in trainable if p.ndim < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    steps_per_epoch = math.ceil(len(data.targets) / cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(s, total, cfg))
+    ckpt = out_dir / "checkpoint"
+    state = {"step": 0, "history": [], "train_seconds": 0.0, "config": asdict(cfg)}
+    if (ckpt / "trainer_state.json").exists():
+        state = load_checkpoint(ckpt, memory, optimizer)
+        if state["config"] != asdict(cfg):
+            raise ConfigError(f"checkpoint {ckpt} was trained with another train config; use another folder")
+        for group in optimizer.param_groups:
+            group["initial_lr"] = cfg.lr
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(s, total, cfg),
+                                                      last_epoch=state["step"] - 1)
+    memory, optimizer = accelerator.prepare(memory, optimizer)
+    step = state["step"]
+    bar = tqdm(total=total, initial=step, desc="train memory", unit="step", disable=not progress,
+               dynamic_ncols=True)
+    t_start = time.perf_counter() - state["train_seconds"]
+    while step < total:
+        epoch, in_epoch = divmod(step, steps_per_epoch)
+        order = epoch_order(len(data.targets), cfg.seed, epoch)
+        idx = order[in_epoch * cfg.batch_size : (in_epoch + 1) * cfg.batch_size]
+        idx = idx[accelerator.process_index :: accelerator.num_processes]
+        batch = data.batch(idx)
+        memory.train()
+        logits = memory(batch["keys"])  # (B, V)
+        loss, parts = sparse_hybrid_loss(logits, batch["teacher_ids"], batch["teacher_probs"],
+                                         batch["teacher_residual"], batch["targets"], cfg.alpha, cfg.loss_chunk)
+        accelerator.backward(loss)
+        accelerator.clip_grad_norm_(trainable, cfg.grad_clip)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        elapsed = time.perf_counter() - t_start
+        bar.update(1)
+        bar.set_postfix(loss=f"{parts['loss'].item():.3f}", kl=f"{parts['kl'].item():.3f}",
+                        ce=f"{parts['ce'].item():.3f}", tok_s=f"{step * cfg.batch_size / max(elapsed, 1e-9):.0f}")
+        end_of_epoch = step % steps_per_epoch == 0
+        if end_of_epoch:
+            memory.eval()
+            metrics = evaluate(accelerator.unwrap_model(memory), val, cfg.eval_lambdas)
+            state["history"].append({"epoch": epoch + 1, "step": step, "loss": parts["loss"].item(), **metrics})
+            bar.write(f"epoch {epoch + 1}: memory PPL {metrics['memory_ppl']:.3f}, joint PPL "
+                      f"{metrics['joint_ppl']:.3f} at lambda={metrics['best_lambda']} "
+                      f"(backbone {metrics['backbone_ppl']:.3f})")
+        if end_of_epoch or step % cfg.checkpoint_every == 0 or step == total:
+            state.update(step=step, train_seconds=time.perf_counter() - t_start)
+            if accelerator.is_main_process:
+                save_checkpoint(ckpt, accelerator.unwrap_model(memory), optimizer, state)
+        if stop_after is not None and step >= stop_after:
+            break
+    bar.close()
+    state.update(step=step, train_seconds=time.perf_counter() - t_start,
+                 tokens_per_s=step * cfg.batch_size / max(time.perf_counter() - t_start, 1e-9))
+    write_json(out_dir / "train_state.json", {k: v for k, v in state.items()})
+    return state

@@ -1,0 +1,207 @@
+"""MemoryAugmentedLM: exact endpoints, one-pass hooks, and stock generate on the mixed distribution."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from _tiny import PAD, VOCAB, TinyTokenizer, left_padded, tiny_backbone
+from mlpmem.backbone import KeyHook, decoder_layers
+from mlpmem.errors import ConfigError, FingerprintMismatch
+from mlpmem.memory import MemoryConfig, MLPMemory
+from mlpmem.mixed import MemoryAugmentedLM
+
+FAMILIES = ("llama", "gpt2")
+PROMPTS = [[5, 17, 3, 99, 42, 7], [8, 9], [60, 61, 62, 63]]
+
+
+def augmented(family: str, lam: float = 0.5, site: str = "ffn_input", tokenizer=None) -> MemoryAugmentedLM:
+    """A tiny backbone with a random memory whose logits are spread enough to change the greedy path."""
+    backbone = tiny_backbone(family)
+    torch.manual_seed(3)
+    config = MemoryConfig.from_backbone(backbone, "tiny", key_layer=-1, key_site=site, tokenizer=tokenizer)
+    memory = MLPMemory(config).eval()
+    with torch.no_grad():
+        memory.head.weight.mul_(100.0)
+    return MemoryAugmentedLM(backbone, memory, lam=lam, tokenizer=tokenizer)
+
+
+def ids_of(prompt: list[int]) -> torch.Tensor:
+    return torch.tensor([prompt])
+
+
+def hand_keys(backbone, input_ids, layer: int, site: str) -> torch.Tensor:
+    with KeyHook(backbone, layer, site) as hook, torch.no_grad():
+        backbone(input_ids=input_ids)
+    return hook.keys
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_lambda_zero_is_exactly_the_backbone(family):
+    mlm = augmented(family, lam=0.0)
+    x = ids_of(PROMPTS[0])
+    with torch.no_grad():
+        expected = F.log_softmax(mlm.backbone(input_ids=x).logits, -1)
+        assert torch.equal(mlm(input_ids=x).logits, expected)
+
+
+@pytest.mark.parametrize("site", ["ffn_input", "residual"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_lambda_one_is_exactly_the_memory(family, site):
+    mlm = augmented(family, lam=1.0, site=site)
+    x = ids_of(PROMPTS[0])
+    with torch.no_grad():
+        keys = hand_keys(mlm.backbone, x, mlm.key_layer, site)  # (1, T, d)
+        expected = F.log_softmax(mlm.memory(keys), -1)
+        got = mlm(input_ids=x).logits
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_mixture_is_normalised_and_between_the_two(family):
+    mlm = augmented(family, lam=0.3)
+    x = ids_of(PROMPTS[0])
+    with torch.no_grad():
+        mixed = mlm(input_ids=x).logits
+        p_lm = F.softmax(mlm.backbone(input_ids=x).logits, -1)
+        p_mem = F.softmax(mlm.memory(hand_keys(mlm.backbone, x, mlm.key_layer, "ffn_input")), -1)
+    torch.testing.assert_close(torch.logsumexp(mixed, -1), torch.zeros(1, len(PROMPTS[0])), atol=1e-5, rtol=0)
+    torch.testing.assert_close(mixed.exp(), 0.7 * p_lm + 0.3 * p_mem, atol=1e-6, rtol=1e-5)
+
+
+def test_one_backbone_pass_and_logits_to_keep():
+    mlm = augmented("llama", lam=0.5)
+    calls = []
+    handle = decoder_layers(mlm.backbone)[0].register_forward_hook(lambda *a: calls.append(1))
+    x = ids_of(PROMPTS[0])
+    with torch.no_grad():
+        full = mlm(input_ids=x).logits
+        last = mlm(input_ids=x, logits_to_keep=1).logits
+    handle.remove()
+    assert calls == [1, 1]
+    assert last.shape == (1, 1, VOCAB)
+    torch.testing.assert_close(last, full[:, -1:])
+
+
+def test_generate_runs_the_memory_on_kept_positions_only():
+    mlm = augmented("llama", lam=0.5)
+    shapes = []
+    handle = mlm.memory.register_forward_pre_hook(lambda module, args: shapes.append(tuple(args[0].shape)))
+    ids, mask = left_padded(PROMPTS)
+    greedy(mlm, ids, mask, max_new_tokens=4)
+    handle.remove()
+    assert shapes == [(3, 1, 32)] * 4  # prefill keeps 1 position (logits_to_keep=1), then 1 per step
+
+
+def test_labels_loss_is_on_the_mixed_distribution():
+    mlm = augmented("gpt2", lam=0.5)
+    x = ids_of(PROMPTS[0])
+    with torch.no_grad():
+        out = mlm(input_ids=x, labels=x)
+        nll = F.nll_loss(out.logits[0, :-1], x[0, 1:])
+        as_tuple = mlm(input_ids=x, labels=x, return_dict=False)
+    torch.testing.assert_close(out.loss, nll)
+    torch.testing.assert_close(as_tuple[0], nll)
+    assert torch.equal(as_tuple[1], out.logits)
+
+
+def test_hooks_are_removed_and_reentrant():
+    mlm = augmented("llama", lam=1.0)
+    x = ids_of(PROMPTS[1])
+    with mlm.active(), mlm.active(), torch.no_grad():  # nested: mixed once, not twice
+        inside = mlm.backbone(input_ids=x).logits
+        assert torch.equal(mlm(input_ids=x).logits, inside)
+    with torch.no_grad():
+        raw = mlm.backbone(input_ids=x).logits  # hooks gone: plain backbone logits again
+    assert not torch.allclose(raw, inside)
+    assert not mlm.backbone._forward_hooks and not mlm.backbone._forward_hooks_with_kwargs
+
+
+def greedy(model, input_ids, attention_mask=None, **kwargs) -> torch.Tensor:
+    kwargs = {"max_new_tokens": 6, "do_sample": False, "pad_token_id": PAD, **kwargs}
+    if attention_mask is not None:
+        kwargs["attention_mask"] = attention_mask
+    return model.generate(input_ids=input_ids, **kwargs)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_generate_lambda_zero_matches_backbone_batched_left_padded(family):
+    mlm = augmented(family, lam=0.0)
+    ids, mask = left_padded(PROMPTS)
+    expected = greedy(mlm.backbone, ids, mask)
+    assert torch.equal(greedy(mlm, ids, mask), expected)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_generate_mixed_cache_and_batching_are_consistent(family):
+    mlm = augmented(family, lam=0.5)
+    ids, mask = left_padded(PROMPTS)
+    cached = greedy(mlm, ids, mask, use_cache=True)
+    assert torch.equal(cached, greedy(mlm, ids, mask, use_cache=False))
+    width = ids.shape[1]
+    for row, prompt in enumerate(PROMPTS):
+        alone = greedy(mlm, ids_of(prompt))
+        assert torch.equal(cached[row, width:], alone[0, len(prompt) :]), (family, row)
+    # the memory changes the greedy path (otherwise this test would not test the mixing)
+    assert not torch.equal(cached, greedy(mlm.backbone, ids, mask))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_generate_sampling_and_beam_search_run(family):
+    mlm = augmented(family, lam=0.5)
+    ids, mask = left_padded(PROMPTS)
+    torch.manual_seed(0)
+    a = mlm.generate(input_ids=ids, attention_mask=mask, max_new_tokens=5, do_sample=True, top_k=20,
+                     temperature=0.8, pad_token_id=PAD)
+    torch.manual_seed(0)
+    b = mlm.generate(input_ids=ids, attention_mask=mask, max_new_tokens=5, do_sample=True, top_k=20,
+                     temperature=0.8, pad_token_id=PAD)
+    assert a.shape == (3, ids.shape[1] + 5) and torch.equal(a, b)
+    beams = mlm.generate(input_ids=ids, attention_mask=mask, max_new_tokens=5, num_beams=2, do_sample=False,
+                         pad_token_id=PAD)
+    assert beams.shape == (3, ids.shape[1] + 5)
+
+
+def test_set_lambda_and_out_of_range():
+    mlm = augmented("llama", lam=0.5)
+    mlm.set_lambda(1)
+    assert mlm.lam == 1.0
+    for bad in (-0.01, 1.01, float("nan")):
+        with pytest.raises(ConfigError):
+            mlm.set_lambda(bad)
+        with pytest.raises(ConfigError):
+            MemoryAugmentedLM(mlm.backbone, mlm.memory, lam=bad)
+
+
+def test_fingerprint_layer_and_site_mismatches():
+    tokenizer = TinyTokenizer()
+    mlm = augmented("llama", tokenizer=tokenizer)
+    with pytest.raises(FingerprintMismatch, match="weights_sha"):
+        MemoryAugmentedLM(tiny_backbone("llama", seed=9), mlm.memory, tokenizer=tokenizer)
+    with pytest.raises(FingerprintMismatch, match="tokenizer_sha"):
+        MemoryAugmentedLM(mlm.backbone, mlm.memory, tokenizer=TinyTokenizer(salt="x"))
+    with pytest.raises(FingerprintMismatch, match="layer"):
+        MemoryAugmentedLM(mlm.backbone, mlm.memory, key_layer=0)
+    with pytest.raises(FingerprintMismatch, match="residual"):
+        MemoryAugmentedLM(mlm.backbone, mlm.memory, key_site="residual")
+    MemoryAugmentedLM(mlm.backbone, mlm.memory, key_layer=1.0)  # a depth fraction resolving to the same layer
+
+
+def test_from_pretrained_round_trip(tmp_path):
+    tokenizer = TinyTokenizer()
+    mlm = augmented("gpt2", lam=0.5, tokenizer=tokenizer)
+    mlm.memory.save_pretrained(tmp_path / "mem")
+    loaded = MemoryAugmentedLM.from_pretrained(tmp_path / "mem", mlm.backbone, tokenizer, lam=0.5)
+    x = ids_of(PROMPTS[0])
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids=x).logits, mlm(input_ids=x).logits)
+    with pytest.raises(FingerprintMismatch):
+        MemoryAugmentedLM.from_pretrained(tmp_path / "mem", tiny_backbone("gpt2", seed=5), tokenizer)
+
+
+def test_beam_search_lambda_zero_matches_backbone():
+    mlm = augmented("llama", lam=0.0)
+    ids, mask = left_padded(PROMPTS)
+    kwargs = dict(input_ids=ids, attention_mask=mask, max_new_tokens=5, num_beams=3, do_sample=False, pad_token_id=PAD)
+    assert torch.equal(mlm.generate(**kwargs), mlm.backbone.generate(**kwargs))
