@@ -48,9 +48,19 @@ def test_cli_runs_end_to_end(tiny_run, tmp_path, capsys):
     results = json.loads((tmp_path / "run" / "knnlm" / "results.json").read_text())
     assert results["chosen"]["k"] in (4, 8)
     assert results["test"]["knnlm_ppl"] <= results["test"]["backbone_ppl"] * 1.5
+    assert "MLP Memory + backbone" in out and "tokens holding 80 %" in out
+    res = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert 0 <= res["lambda"] <= 1 and res["test"]["memory+backbone"] <= res["test"]["backbone"] + 1e-9 or \
+        res["validation_curve"]["0.0"] < min(v for k, v in res["validation_curve"].items() if k != "0.0")
+    assert (tmp_path / "run" / "lambda.png").stat().st_size > 1000
+    assert (tmp_path / "run" / "report.md").read_text().count("|") > 20
     # the stages are idempotent: running again reuses everything
     assert main(["teacher", *tiny_run]) == 0
     assert "teacher:" in capsys.readouterr().out
+    assert main(["generate", *tiny_run, "--prompt", "The keeper", "--max-new-tokens", "5"]) == 0
+    assert capsys.readouterr().out.startswith("The keeper")
+    assert main(["generate", *tiny_run, "--prompt", "The keeper", "--lam", "1.5"]) == 2
+    assert "[0, 1]" in capsys.readouterr().err
 
 
 def test_cli_errors_are_one_line(tiny_run, capsys):

@@ -54,13 +54,61 @@ def cmd_teacher(args):
     print(f"teacher: {manifest['rows']} positions, {manifest['bytes_per_token']} bytes/token")
 
 
-def cmd_run(args):
-    from mlpmem.pipeline import run_pipeline
-    from mlpmem.report import retrieval_table
+def cmd_train(args):
+    from mlpmem.pipeline import stage_train
+
+    state = stage_train(_run(args), args.rebuild)
+    print(f"trained {state['step']} steps in {state['train_seconds']:.0f} s; history: "
+          + json.dumps(state["history"][-1:] and {k: state["history"][-1][k] for k in ("memory_ppl", "joint_ppl")}))
+
+
+def _print_results(run, results):
+    from mlpmem.report import distribution_table, results_table, retrieval_table
+
+    print(retrieval_table(run), results_table(results), distribution_table(results), sep="\n\n")
+    print(f"\nreport: {run.path('report.md')}")
+
+
+def cmd_eval(args):
+    from mlpmem.evaluate import stage_eval
 
     run = _run(args)
-    run_pipeline(run, rebuild=args.rebuild)
-    print(retrieval_table(run))
+    _print_results(run, stage_eval(run))
+
+
+def cmd_run(args):
+    from mlpmem.pipeline import run_pipeline
+
+    run = _run(args)
+    _print_results(run, run_pipeline(run, rebuild=args.rebuild))
+
+
+def cmd_demo(args):
+    from pathlib import Path
+
+    config = Path(__file__).resolve().parents[2] / "configs" / f"{'quick' if args.mode == 'quick' else 'default'}.yaml"
+    if not config.is_file():
+        raise MlpmemError(f"demo config {config} not found (run the demo from a source checkout)")
+    args.config = str(config)
+    cmd_run(args)
+
+
+def cmd_generate(args):
+    from mlpmem.evaluate import load_memory
+    from mlpmem.mixed import MemoryAugmentedLM
+
+    run = _run(args)
+    model, tokenizer = run.backbone
+    lam = args.lam
+    if lam is None:
+        from mlpmem.shards import read_json
+
+        lam = read_json(run.path("results.json"), "run results (run `mlpmem eval` first)")["lambda"]
+    mixed = MemoryAugmentedLM(model, load_memory(run), lam=lam, tokenizer=tokenizer)
+    inputs = tokenizer([args.prompt], return_tensors="pt")
+    out = mixed.generate(**inputs, max_new_tokens=args.max_new_tokens, do_sample=args.sample,
+                         pad_token_id=tokenizer.eos_token_id, **({"top_p": 0.9} if args.sample else {}))
+    print(tokenizer.decode(out[0], skip_special_tokens=True))
 
 
 COMMANDS = {
@@ -69,7 +117,11 @@ COMMANDS = {
     "datastore": (cmd_datastore, "build the datastore (training keys) and the evaluation keystores", True),
     "knnlm": (cmd_knnlm, "kNN-LM baseline: sweep k, T, lambda on validation, report test perplexity", True),
     "teacher": (cmd_teacher, "build the sparse kNN teacher (self excluded) for every datastore position", True),
+    "train": (cmd_train, "train the MLP Memory on the datastore keys and the sparse teacher", True),
+    "eval": (cmd_eval, "test table, lambda curve, distribution statistics and report of a run", True),
     "run": (cmd_run, "run every stage of a config and print the results table", True),
+    "generate": (cmd_generate, "continue a prompt with the memory-augmented model of a run", True),
+    "demo": (cmd_demo, "the whole pipeline on the shipped default (--mode quick|full)", False),
 }
 
 
@@ -85,6 +137,16 @@ def build_parser() -> argparse.ArgumentParser:
                            help="override a config value, e.g. --set teacher.k=256")
             p.add_argument("--rebuild", action="store_true", help="rebuild stages even if complete")
             p.add_argument("--quiet", action="store_true", help="no progress bars")
+    gen = sub.choices["generate"]
+    gen.add_argument("--prompt", required=True)
+    gen.add_argument("--lam", type=float, default=None, help="memory weight (default: the λ chosen on validation)")
+    gen.add_argument("--max-new-tokens", type=int, default=40)
+    gen.add_argument("--sample", action="store_true", help="nucleus sampling instead of greedy decoding")
+    demo = sub.choices["demo"]
+    demo.add_argument("--mode", choices=("quick", "full"), default="quick")
+    demo.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    demo.add_argument("--rebuild", action="store_true")
+    demo.add_argument("--quiet", action="store_true")
     prep = sub.choices["prepare-corpus"]
     prep.add_argument("name")
     prep.add_argument("--seed", type=int, default=0)

@@ -19,6 +19,7 @@ from mlpmem.baselines.knnlm import KnnLMConfig
 from mlpmem.errors import ConfigError
 from mlpmem.index import IndexConfig
 from mlpmem.teacher import TeacherConfig
+from mlpmem.train import TrainConfig
 
 
 @dataclass
@@ -83,6 +84,7 @@ class PipelineConfig:
     teacher_temperature_from_knnlm: bool = True
     """Build the teacher with the kNN-LM temperature chosen on validation instead of ``teacher.temperature``."""
     knnlm: KnnLMConfig = field(default_factory=KnnLMConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: list[str] | None = None) -> "PipelineConfig":

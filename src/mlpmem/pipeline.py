@@ -220,9 +220,76 @@ def stage_teacher(run: Run, rebuild: bool = False) -> dict:
     return manifest
 
 
+def build_memory(run: Run):
+    """A fresh memory for this run's backbone, key layer/site and train config (init and head options)."""
+    from mlpmem.memory import MemoryConfig, MLPMemory, init_from_backbone, tie_to_backbone
+
+    cfg, (model, tokenizer) = run.cfg, run.backbone
+    overrides = {k: v for k, v in (("num_layers", cfg.train.num_layers),
+                                   ("intermediate_size", cfg.train.intermediate_size)) if v is not None}
+    torch_seed(cfg.train.seed)
+    mcfg = MemoryConfig.from_backbone(model, cfg.train.preset, cfg.backbone.layer, cfg.backbone.site, tokenizer,
+                                      tie_head=cfg.train.tie_head, **overrides)
+    memory = MLPMemory(mcfg)
+    if cfg.train.init == "backbone":
+        init_from_backbone(memory, model, min(mcfg.key_layer + 1, len(decoder_layers_of(model)) - 1))
+    if cfg.train.tie_head:
+        tie_to_backbone(memory, model)
+    return memory
+
+
+def torch_seed(seed: int) -> None:
+    import torch
+
+    torch.manual_seed(seed)
+
+
+def decoder_layers_of(model):
+    from mlpmem.backbone import decoder_layers
+
+    return decoder_layers(model)
+
+
+def eval_data(run: Run, split: str):
+    from mlpmem.datastore import KeyStore
+    from mlpmem.train import EvalData
+
+    store = KeyStore(run.path("eval", split))
+    return EvalData(store.array("keys"), store.array("values"), store.array("lm"))
+
+
+def stage_train(run: Run, rebuild: bool = False) -> dict:
+    """Train the memory on the datastore keys and the sparse teacher; save it to ``run_dir/memory``."""
+    import shutil
+
+    from mlpmem.datastore import KeyStore
+    from mlpmem.index import set_threads
+    from mlpmem.teacher import TeacherStore
+    from mlpmem.train import TrainData, train_memory
+
+    set_threads()
+    if rebuild:
+        shutil.rmtree(run.path("train"), ignore_errors=True)
+    store = KeyStore(run.path("datastore"))
+    store.check_backbone(*run.backbone)
+    teacher = TeacherStore(run.path("teacher"), datastore=store)
+    data = TrainData(store.array("keys"), store.array("values"), teacher.array("ids"), teacher.array("probs"),
+                     teacher.array("residual"))
+    memory = build_memory(run)
+    state = train_memory(memory, data, eval_data(run, "validation"), run.cfg.train, run.path("train"), run.progress)
+    memory.save_pretrained(run.path("memory"))
+    run.record_timing("train", tokens=len(data.targets) * run.cfg.train.epochs, seconds=state["train_seconds"],
+                      tokens_per_s=state["tokens_per_s"])
+    return state
+
+
 def run_pipeline(run: Run, rebuild: bool = False) -> dict:
-    """datastore -> kNN-LM sweep and test -> teacher; returns the kNN-LM results."""
+    """corpus -> datastore -> kNN-LM -> teacher -> memory -> evaluation and report."""
+    from mlpmem.evaluate import stage_eval
+
     stage_datastore(run, rebuild)
-    results = stage_knnlm(run)
+    stage_knnlm(run)
     stage_teacher(run, rebuild)
-    return results
+    if not (run.path("memory", "config.json")).exists() or rebuild:
+        stage_train(run, rebuild)
+    return stage_eval(run)

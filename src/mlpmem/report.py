@@ -43,3 +43,71 @@ def retrieval_table(run) -> str:
              "| measurement | value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in rows]
     return "\n".join(lines)
+
+
+def _mb(n) -> str:
+    return f"{n / 2**20:,.1f} MB"
+
+
+def results_table(results: dict) -> str:
+    """The test table of issue #3: backbone, kNN-LM, memory alone, memory + backbone."""
+    t, c = results["test"], results["knnlm_chosen"]
+    train_s = results.get("train_seconds")
+    mem_size = _mb(results["memory_bytes"]) + (" (+ backbone's tied head)" if results["memory_tied_head"] else "")
+    lines = [
+        f"| method | test PPL | settings (chosen on validation) | inference needs besides the backbone | training |",
+        "|---|---|---|---|---|",
+        f"| backbone | {t['backbone']:.3f} | — | — | — |",
+        f"| kNN-LM | {t['knnlm']:.3f} | k={c['k']}, T={c['temperature']}, λ={c['lambda']} | datastore "
+        f"{_mb(results['datastore_bytes'])} ({results['datastore_tokens']:,} keys) + search | — |",
+        f"| MLP Memory alone | {t['memory']:.3f} | λ=1 | {mem_size} | "
+        f"{results['memory_trainable_parameters']:,} trainable params |",
+        f"| MLP Memory + backbone | {t['memory+backbone']:.3f} | λ={results['lambda']} | {mem_size}, "
+        f"{results['memory_parameters']:,} params | {train_s:,.0f} s |" if train_s else
+        f"| MLP Memory + backbone | {t['memory+backbone']:.3f} | λ={results['lambda']} | {mem_size} | — |",
+    ]
+    return "\n".join(lines)
+
+
+def distribution_table(results: dict) -> str:
+    d = results["distribution"]
+    lines = ["| distribution | tokens holding 80 % of the mass | tokens holding 99 % |", "|---|---|---|"]
+    lines += [f"| {name} | {v['80%']:.1f} | {v['99%']:.1f} |" for name, v in d.items()]
+    return "\n".join(lines)
+
+
+def plot_lambda(results: dict, path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=120)
+    for split, style in (("validation_curve", "o-"), ("test_curve", "s--")):
+        curve = results[split]
+        lams = [float(k) for k in curve]
+        ax.plot(lams, list(curve.values()), style, ms=3, label=f"memory + backbone ({split.split('_')[0]})")
+    ax.axhline(results["test"]["backbone"], color="gray", lw=1, ls=":", label="backbone (test)")
+    ax.axhline(results["test"]["knnlm"], color="tab:red", lw=1, ls="-.", label="kNN-LM (test)")
+    ax.axvline(results["lambda"], color="k", lw=0.8, alpha=0.5)
+    ax.set_xlabel("λ (weight of the memory)")
+    ax.set_ylabel("perplexity")
+    top = max(results["test"]["backbone"], results["validation_curve"]["0.0"]) * 1.25
+    ax.set_ylim(min(min(results["test_curve"].values()), results["test"]["knnlm"]) * 0.95, top)
+    ax.legend(fontsize=7)
+    ax.set_title("Perplexity against λ", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def write_run_report(run, results: dict) -> None:
+    plot_lambda(results, run.path("lambda.png"))
+    text = "\n\n".join([
+        f"# mlpmem run `{run.dir}`",
+        retrieval_table(run),
+        "## Test perplexity", results_table(results),
+        "![perplexity against lambda](lambda.png)",
+        "## Sharpness of the distributions (paper Tables 7-8)", distribution_table(results),
+    ])
+    run.path("report.md").write_text(text + "\n")
