@@ -59,6 +59,14 @@ def test_cli_runs_end_to_end(tiny_run, tmp_path, capsys):
     assert "teacher:" in capsys.readouterr().out
     assert main(["generate", *tiny_run, "--prompt", "The keeper", "--max-new-tokens", "5"]) == 0
     assert capsys.readouterr().out.startswith("The keeper")
+    assert main(["ablate", *tiny_run, "--study", "head-init", "--set", "train.epochs=1"]) == 0
+    rows = json.loads((tmp_path / "run" / "ablations" / "head-init" / "results.json").read_text())["rows"]
+    assert [r["tie_head"] for r in rows] == [True, True, False, False]
+    assert rows[0]["trainable_parameters"] < rows[2]["trainable_parameters"]  # a tied head is frozen
+    assert (tmp_path / "run" / "ablations" / "head-init" / "results.png").exists()
+    assert main(["summarize", str(tmp_path / "run"), "--out", str(tmp_path / "s.md")]) == 0
+    assert "| run |" in (tmp_path / "s.md").read_text()
+    capsys.readouterr()
     assert main(["generate", *tiny_run, "--prompt", "The keeper", "--lam", "1.5"]) == 2
     assert "[0, 1]" in capsys.readouterr().err
 

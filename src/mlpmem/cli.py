@@ -83,6 +83,23 @@ def cmd_run(args):
     _print_results(run, run_pipeline(run, rebuild=args.rebuild))
 
 
+def cmd_ablate(args):
+    from mlpmem.ablation import run_study, study_table
+
+    print(study_table(args.study, run_study(_run(args), args.study)))
+
+
+def cmd_summarize(args):
+    from mlpmem.report import summary_table
+
+    table = summary_table(args.runs)
+    print(table)
+    if args.out:
+        from pathlib import Path
+
+        Path(args.out).write_text(table + "\n")
+
+
 def cmd_demo(args):
     from pathlib import Path
 
@@ -121,6 +138,8 @@ COMMANDS = {
     "eval": (cmd_eval, "test table, lambda curve, distribution statistics and report of a run", True),
     "run": (cmd_run, "run every stage of a config and print the results table", True),
     "generate": (cmd_generate, "continue a prompt with the memory-augmented model of a run", True),
+    "ablate": (cmd_ablate, "train memory variants (--study head-init|alpha|size|epochs) on a run's teacher", True),
+    "summarize": (cmd_summarize, "one table over several finished run folders", False),
     "demo": (cmd_demo, "the whole pipeline on the shipped default (--mode quick|full)", False),
 }
 
@@ -142,6 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--lam", type=float, default=None, help="memory weight (default: the λ chosen on validation)")
     gen.add_argument("--max-new-tokens", type=int, default=40)
     gen.add_argument("--sample", action="store_true", help="nucleus sampling instead of greedy decoding")
+    from mlpmem.ablation import STUDIES
+
+    sub.choices["ablate"].add_argument("--study", required=True, choices=sorted(STUDIES))
+    summ = sub.choices["summarize"]
+    summ.add_argument("runs", nargs="+", help="run folders")
+    summ.add_argument("--out", help="also write the table to this Markdown file")
     demo = sub.choices["demo"]
     demo.add_argument("--mode", choices=("quick", "full"), default="quick")
     demo.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")

@@ -42,6 +42,8 @@ class BackboneConfig:
 class CorpusConfig:
     name: str | None = "shakespeare-by-play"
     """A shipped corpus (see ``mlpmem corpora``), or null when ``path`` is given."""
+    options: dict = field(default_factory=dict)
+    """Keyword options of the shipped corpus's prepare function (e.g. ``{n_articles: 16}``)."""
     path: str | None = None
     """A prepared folder (train/validation/test.jsonl) or raw text/JSONL file or folder, split by document."""
     validation_fraction: float = 0.1

@@ -21,8 +21,7 @@ from tqdm.auto import tqdm
 from mlpmem.backbone import KeyHook, check_fingerprint, extract_keys, fingerprint, resolve_layer
 from mlpmem.corpus import Window, corpus_hash, make_windows
 from mlpmem.errors import CorruptArtifact, MlpmemError
-from mlpmem.shards import (MANIFEST, clean_temporaries, compare_settings, load_array, read_json, save_array,
-                           write_json)
+from mlpmem.shards import MANIFEST, clean_temporaries, load_array, read_json, resume_manifest, save_array, write_json
 
 FORMAT = "mlpmem.keystore/1"
 
@@ -102,7 +101,8 @@ def build_keystore(model, tokenizer, token_docs: list[np.ndarray], out_dir: str 
     windows = make_windows([len(t) for t in token_docs], block_size, stride)
     if not windows:
         raise MlpmemError("the corpus has no token to score (every document is shorter than 2 tokens)")
-    manifest = _start_manifest(out_dir, settings, windows)
+    manifest = resume_manifest(out_dir, settings, "keystore", dict(
+        num_windows=len(windows), num_targets=sum(w.num_scored for w in windows), rows=0, shards=[], complete=False))
     if manifest["complete"]:
         return manifest
     per_shard = batch_size * batches_per_shard
@@ -121,21 +121,6 @@ def build_keystore(model, tokenizer, token_docs: list[np.ndarray], out_dir: str 
     bar.close()
     manifest["complete"] = True
     write_json(out_dir / MANIFEST, manifest)
-    return manifest
-
-
-def _start_manifest(out_dir: Path, settings: dict, windows: list[Window]) -> dict:
-    path = out_dir / MANIFEST
-    if path.exists():
-        manifest = read_json(path, "keystore")
-        compare_settings(manifest, settings, f"keystore {out_dir}")
-        for shard in manifest["shards"]:  # a resumed build trusts only shards that still verify
-            for entry in shard["files"].values():
-                load_array(out_dir, entry, verify=True, what=f"keystore {out_dir}")
-        return manifest
-    manifest = dict(settings, num_windows=len(windows), num_targets=sum(w.num_scored for w in windows),
-                    rows=0, shards=[], complete=False)
-    write_json(path, manifest)
     return manifest
 
 

@@ -70,7 +70,7 @@ def corpus_folder(run: Run) -> Path:
     if cfg.name is not None:
         from mlpmem.shipped_corpora import prepare
 
-        return prepare(cfg.name, seed=run.cfg.seed)
+        return prepare(cfg.name, seed=run.cfg.seed, **cfg.options)
     path = Path(cfg.path)
     if path.is_dir() and all((path / f"{s}.jsonl").is_file() for s in SPLITS):
         return path
@@ -258,8 +258,11 @@ def eval_data(run: Run, split: str):
     return EvalData(store.array("keys"), store.array("values"), store.array("lm"))
 
 
-def stage_train(run: Run, rebuild: bool = False) -> dict:
-    """Train the memory on the datastore keys and the sparse teacher; save it to ``run_dir/memory``."""
+def stage_train(run: Run, rebuild: bool = False, out: Path | None = None) -> dict:
+    """Train the memory on the datastore keys and the sparse teacher; save it to ``out/memory``.
+
+    ``out`` defaults to the run folder (ablations train variants into sub-folders of it).
+    """
     import shutil
 
     from mlpmem.datastore import KeyStore
@@ -268,18 +271,22 @@ def stage_train(run: Run, rebuild: bool = False) -> dict:
     from mlpmem.train import TrainData, train_memory
 
     set_threads()
+    out = Path(out) if out is not None else run.dir
     if rebuild:
-        shutil.rmtree(run.path("train"), ignore_errors=True)
+        shutil.rmtree(out / "train", ignore_errors=True)
     store = KeyStore(run.path("datastore"))
     store.check_backbone(*run.backbone)
     teacher = TeacherStore(run.path("teacher"), datastore=store)
     data = TrainData(store.array("keys"), store.array("values"), teacher.array("ids"), teacher.array("probs"),
                      teacher.array("residual"))
     memory = build_memory(run)
-    state = train_memory(memory, data, eval_data(run, "validation"), run.cfg.train, run.path("train"), run.progress)
-    memory.save_pretrained(run.path("memory"))
-    run.record_timing("train", tokens=len(data.targets) * run.cfg.train.epochs, seconds=state["train_seconds"],
-                      tokens_per_s=state["tokens_per_s"])
+    state = train_memory(memory, data, eval_data(run, "validation"), run.cfg.train, out / "train", run.progress)
+    state["memory_parameters"] = memory.num_parameters()
+    state["memory_trainable_parameters"] = memory.num_parameters(trainable_only=True)
+    memory.save_pretrained(out / "memory")
+    if out == run.dir:
+        run.record_timing("train", tokens=len(data.targets) * run.cfg.train.epochs, seconds=state["train_seconds"],
+                          tokens_per_s=state["tokens_per_s"])
     return state
 
 

@@ -106,8 +106,67 @@ def write_run_report(run, results: dict) -> None:
     text = "\n\n".join([
         f"# mlpmem run `{run.dir}`",
         retrieval_table(run),
+        "## kNN-LM sweep on validation (best λ per k and T)",
+        sweep_table(read_json(run.path("knnlm", "results.json"), "knnlm results")),
         "## Test perplexity", results_table(results),
         "![perplexity against lambda](lambda.png)",
         "## Sharpness of the distributions (paper Tables 7-8)", distribution_table(results),
     ])
     run.path("report.md").write_text(text + "\n")
+
+
+def summary_row(run_dir) -> dict:
+    """The headline numbers of one finished run folder (read from its files only)."""
+    from pathlib import Path
+
+    run_dir = Path(run_dir)
+    timings = read_json(run_dir / "timings.json", "timings")
+    knn = read_json(run_dir / "knnlm" / "results.json", "knnlm results")
+    teacher = read_json(run_dir / "teacher" / "manifest.json", "teacher manifest")
+    res = read_json(run_dir / "results.json", "run results") if (run_dir / "results.json").exists() else None
+    rows = {s: read_json(run_dir.joinpath(*p, "manifest.json"), s)["rows"]
+            for s, p in (("train", ("datastore",)), ("validation", ("eval", "validation")), ("test", ("eval", "test")))}
+    keys, teach = timings.get("keys_train", {}), timings.get("teacher", {})
+    return {
+        "run": run_dir.name, "tokens": rows,
+        "keys_tokens_per_s": keys.get("tokens_per_s"), "teacher_seconds": teach.get("seconds"),
+        "teacher_over_keys": teach["seconds"] / keys["seconds"] if teach and keys else None,
+        "teacher_bytes_per_token": teacher["bytes_per_token"], "knnlm": knn["chosen"],
+        "backbone_ppl": knn["test"]["backbone_ppl"], "knnlm_ppl": knn["test"]["knnlm_ppl"],
+        "memory_ppl": res["test"]["memory"] if res else None,
+        "joint_ppl": res["test"]["memory+backbone"] if res else None,
+        "memory_lambda": res["lambda"] if res else None,
+    }
+
+
+def summary_table(run_dirs) -> str:
+    """One row per run: the retrieval-side measurements and the test perplexities."""
+    head = ("| run | tokens train / val / test | keys tok/s | teacher s (÷ keys) | teacher B/token | kNN-LM k, T, λ "
+            "| PPL backbone | PPL kNN-LM | PPL memory | PPL memory + backbone (λ) |")
+    lines = [head, "|" + "---|" * 10]
+    for d in run_dirs:
+        r = summary_row(d)
+        c = r["knnlm"]
+        tok = " / ".join(f"{r['tokens'][s]:,}" for s in ("train", "validation", "test"))
+        joint = f"{r['joint_ppl']:.3f} ({r['memory_lambda']})" if r["joint_ppl"] else "—"
+        lines.append(
+            f"| {r['run']} | {tok} | {_fmt(r['keys_tokens_per_s'], 0)} | {_fmt(r['teacher_seconds'], 0)} "
+            f"({_fmt(r['teacher_over_keys'])}) | {r['teacher_bytes_per_token']} | {c['k']}, {c['temperature']}, "
+            f"{c['lambda']} | {r['backbone_ppl']:.3f} | {r['knnlm_ppl']:.3f} | {_fmt(r['memory_ppl'], 3)} | {joint} |")
+    return "\n".join(lines)
+
+
+def sweep_table(knn: dict) -> str:
+    """Validation perplexity of kNN-LM for each (k, T), at its best λ: the sweep that chose the settings."""
+    best: dict[tuple, dict] = {}
+    for r in knn["sweep"]:
+        key = (r["k"], r["temperature"])
+        if key not in best or r["ppl"] < best[key]["ppl"]:
+            best[key] = r
+    ks = sorted({k for k, _ in best})
+    temps = sorted({t for _, t in best})
+    lines = ["| k \\ T | " + " | ".join(str(t) for t in temps) + " |", "|---|" + "---|" * len(temps)]
+    for k in ks:
+        cells = [f"{best[(k, t)]['ppl']:.3f} (λ={best[(k, t)]['lambda']})" for t in temps]
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

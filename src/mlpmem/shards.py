@@ -91,3 +91,19 @@ def compare_settings(recorded: dict, wanted: dict, what: str, error=CorruptArtif
                 f"{what} was built with {key}={recorded.get(key)!r}, not {value!r}; "
                 "use another folder or rebuild it (--rebuild)"
             )
+
+
+def resume_manifest(out_dir: Path, settings: dict, what: str, fresh: dict) -> dict:
+    """The manifest of a build in ``out_dir``: the existing one if its settings match (and every shard it
+    lists still verifies), else a new one made of ``settings`` and ``fresh``."""
+    path = Path(out_dir) / MANIFEST
+    if path.exists():
+        manifest = read_json(path, what)
+        compare_settings(manifest, settings, f"{what} {out_dir}")
+        for shard in manifest["shards"]:  # a resumed build trusts only shards that still verify
+            for entry in shard["files"].values():
+                load_array(out_dir, entry, verify=True, what=f"{what} {out_dir}")
+        return manifest
+    manifest = dict(settings, **fresh)
+    write_json(path, manifest)
+    return manifest

@@ -501,12 +501,15 @@ def prepare_wikipedia(
     choose: str = "longest",
     head_fraction: float = 0.85,
     min_chars: int = 200,
+    others_in_train: bool = True,
 ) -> Path:
     """Prepare the gensim Wikipedia articles as train/validation/test JSONL; return the folder.
 
     ``setting`` is ``"by_article"`` (whole articles per split, by ``fractions``) or ``"within_article"``
     (``n_articles`` articles chosen by ``choose`` = ``"longest"``/``"random"`` are cut at
-    ``head_fraction``: heads in train, tails half in validation, half in test). See the module docstring.
+    ``head_fraction``: heads in train, tails half in validation, half in test). With
+    ``others_in_train=False`` the articles that are not cut are left out, so train holds only the heads
+    (a smaller datastore whose every article continues in validation or test). See the module docstring.
     """
     if setting not in WIKI_SETTINGS:
         raise ConfigError(f"unknown wikipedia setting {setting!r}: expected one of {', '.join(WIKI_SETTINGS)}")
@@ -526,7 +529,12 @@ def prepare_wikipedia(
         if not 0.5 <= float(head_fraction) < 1.0:
             raise ConfigError(f"head_fraction must be in [0.5, 1), got {head_fraction!r}")
         settings.update(n_articles=n_articles, choose=choose, head_fraction=float(head_fraction))
-    out_dir = Path(out_dir) if out_dir is not None else _cache_root() / "corpora" / f"wikipedia-{setting}"
+        if not others_in_train:
+            settings["others_in_train"] = False
+    if out_dir is None:  # one folder per distinct settings, so differently prepared variants coexist
+        digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
+        out_dir = _cache_root() / "corpora" / f"wikipedia-{setting}-{digest}"
+    out_dir = Path(out_dir)
 
     dump, version = _locate_wiki_dump()
     source = {"package": WIKI_PACKAGE, "version": version, "file": f"{WIKI_PACKAGE}/{WIKI_FILE}",
@@ -572,7 +580,8 @@ def prepare_wikipedia(
         for article in articles:
             aid = article["id"]
             if aid not in tail_split:
-                docs["train"].append(dict(article))
+                if others_in_train:
+                    docs["train"].append(dict(article))
                 continue
             text = article["text"]
             cut, kind = cut_point(text, head_fraction)
@@ -595,7 +604,8 @@ def prepare_wikipedia(
             f"is held out. The chosen articles were ordered by sha256(f'{{seed}}:{{id}}') with seed {seed}; "
             f"the first {n_val} give their tail to validation, the other {n_articles - n_val} to test. "
             f"Validation and test are therefore continuations of articles whose beginnings are in train, "
-            f"and no article has a tail in both. The other {n - n_articles} articles are in train whole."
+            f"and no article has a tail in both. The other {n - n_articles} articles are "
+            + ("in train whole." if others_in_train else "left out.")
         )
     for split in SPLITS:
         docs[split].sort(key=lambda d: position[article_id(d["id"])])

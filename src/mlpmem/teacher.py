@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from mlpmem.datastore import KeyStore
 from mlpmem.errors import ConfigError, CorruptArtifact, FingerprintMismatch
 from mlpmem.index import IndexConfig, build_index
-from mlpmem.shards import (MANIFEST, clean_temporaries, compare_settings, load_array, read_json, save_array,
+from mlpmem.shards import (MANIFEST, clean_temporaries, load_array, read_json, resume_manifest, save_array,
                            sha256_file, write_json)
 
 FORMAT = "mlpmem.teacher/1"
@@ -139,7 +139,8 @@ def build_teacher(datastore_dir: str | Path, out_dir: str | Path, cfg: TeacherCo
         shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     clean_temporaries(out_dir)
-    manifest = _start_manifest(out_dir, _settings(store, cfg), store)
+    manifest = resume_manifest(out_dir, _settings(store, cfg), "teacher",
+                               dict(rows=0, shards=[], complete=False, bytes_per_token=None))
     if manifest["complete"]:
         return manifest
     index = build_index(store, cfg.index)
@@ -159,20 +160,6 @@ def build_teacher(datastore_dir: str | Path, out_dir: str | Path, cfg: TeacherCo
     bar.close()
     manifest["complete"] = True
     write_json(out_dir / MANIFEST, manifest)
-    return manifest
-
-
-def _start_manifest(out_dir: Path, settings: dict, store: KeyStore) -> dict:
-    path = out_dir / MANIFEST
-    if path.exists():
-        manifest = read_json(path, "teacher")
-        compare_settings(manifest, settings, f"teacher {out_dir}")
-        for shard in manifest["shards"]:
-            for entry in shard["files"].values():
-                load_array(out_dir, entry, verify=True, what=f"teacher {out_dir}")
-        return manifest
-    manifest = dict(settings, rows=0, shards=[], complete=False, bytes_per_token=None)
-    write_json(path, manifest)
     return manifest
 
 
