@@ -108,6 +108,8 @@ def stage_eval(run, num_positions: int = 1024) -> dict:
             "tokens": int(len(lm_test)),
         },
         "knnlm_chosen": knn["chosen"],
+        "knnlm_validation_curve": {str(r["lambda"]): r["ppl"] for r in knn["sweep"]
+                                   if (r["k"], r["temperature"]) == (knn["chosen"]["k"], knn["chosen"]["temperature"])},
         "memory_parameters": memory.num_parameters(),
         "memory_trainable_parameters": memory.num_parameters(trainable_only=True),
         "memory_bytes": _directory_bytes(run.path("memory")),

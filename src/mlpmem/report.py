@@ -87,6 +87,11 @@ def plot_lambda(results: dict, path) -> None:
         curve = results[split]
         lams = [float(k) for k in curve]
         ax.plot(lams, list(curve.values()), style, ms=3, label=f"memory + backbone ({split.split('_')[0]})")
+    knn_curve = results.get("knnlm_validation_curve", {})
+    if knn_curve:
+        c = results["knnlm_chosen"]
+        ax.plot([float(k) for k in knn_curve], list(knn_curve.values()), "^-", ms=3, color="tab:red", alpha=0.6,
+                label=f"kNN-LM k={c['k']}, T={c['temperature']} (validation)")
     ax.axhline(results["test"]["backbone"], color="gray", lw=1, ls=":", label="backbone (test)")
     ax.axhline(results["test"]["knnlm"], color="tab:red", lw=1, ls="-.", label="kNN-LM (test)")
     ax.axvline(results["lambda"], color="k", lw=0.8, alpha=0.5)
