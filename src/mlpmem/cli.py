@@ -92,12 +92,21 @@ def cmd_ablate(args):
 def cmd_summarize(args):
     from mlpmem.report import summary_table
 
+    from pathlib import Path
+    import shutil
+
     table = summary_table(args.runs)
     print(table)
     if args.out:
-        from pathlib import Path
-
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(table + "\n")
+    if args.copy_reports:  # reports and figures next to the summary, for the docs (runs/ is not versioned)
+        for run_dir in map(Path, args.runs):
+            dest = Path(args.copy_reports) / run_dir.name
+            dest.mkdir(parents=True, exist_ok=True)
+            for f in [*run_dir.glob("*.md"), *run_dir.glob("*.png"), *run_dir.glob("ablations/*/results.*")]:
+                target = dest / (f"ablation-{f.parent.name}{f.suffix}" if "ablations" in f.parts else f.name)
+                shutil.copyfile(f, target)
 
 
 def cmd_demo(args):
@@ -167,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     summ = sub.choices["summarize"]
     summ.add_argument("runs", nargs="+", help="run folders")
     summ.add_argument("--out", help="also write the table to this Markdown file")
+    summ.add_argument("--copy-reports", metavar="DIR", help="copy each run's report.md and figures to DIR/<run>/")
     demo = sub.choices["demo"]
     demo.add_argument("--mode", choices=("quick", "full"), default="quick")
     demo.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")

@@ -222,32 +222,24 @@ def stage_teacher(run: Run, rebuild: bool = False) -> dict:
 
 def build_memory(run: Run):
     """A fresh memory for this run's backbone, key layer/site and train config (init and head options)."""
+    import torch
+
+    from mlpmem.backbone import decoder_layers
     from mlpmem.memory import MemoryConfig, MLPMemory, init_from_backbone, tie_to_backbone
 
     cfg, (model, tokenizer) = run.cfg, run.backbone
     overrides = {k: v for k, v in (("num_layers", cfg.train.num_layers),
                                    ("intermediate_size", cfg.train.intermediate_size)) if v is not None}
-    torch_seed(cfg.train.seed)
+    torch.manual_seed(cfg.train.seed)
     mcfg = MemoryConfig.from_backbone(model, cfg.train.preset, cfg.backbone.layer, cfg.backbone.site, tokenizer,
                                       tie_head=cfg.train.tie_head, **overrides)
     memory = MLPMemory(mcfg)
     if cfg.train.init == "backbone":
-        init_from_backbone(memory, model, min(mcfg.key_layer + 1, len(decoder_layers_of(model)) - 1))
+        # the blocks start as the backbone's MLPs just above the key layer (shifted down at the top)
+        init_from_backbone(memory, model, min(mcfg.key_layer + 1, len(decoder_layers(model)) - 1))
     if cfg.train.tie_head:
         tie_to_backbone(memory, model)
     return memory
-
-
-def torch_seed(seed: int) -> None:
-    import torch
-
-    torch.manual_seed(seed)
-
-
-def decoder_layers_of(model):
-    from mlpmem.backbone import decoder_layers
-
-    return decoder_layers(model)
 
 
 def eval_data(run: Run, split: str):

@@ -152,22 +152,20 @@ def save_checkpoint(folder: Path, memory: MLPMemory, optimizer: torch.optim.Opti
 
 
 def load_checkpoint(folder: Path, memory: MLPMemory, optimizer: torch.optim.Optimizer) -> dict:
+    """Restore the memory weights and optimizer moments saved by :func:`save_checkpoint`; return its state."""
     try:
-        saved = MLPMemory.from_pretrained(folder / "memory", backbone_model=None) if not memory.config.tie_head \
-            else None
-        tensors = load_file(str(folder / "optimizer.safetensors"))
-    except Exception as exc:  # a truncated or foreign file: name it, keep going from scratch is not safe
+        weights = load_file(str(folder / "memory" / "model.safetensors"))
+        moments = load_file(str(folder / "optimizer.safetensors"))
+    except Exception as exc:  # a truncated or foreign file: name it rather than train from a wrong state
         raise CorruptArtifact(f"checkpoint {folder} is unreadable: {str(exc).splitlines()[0]}") from None
-    if saved is not None:
-        memory.load_state_dict(saved.state_dict())
-    else:
-        from mlpmem.memory import _read_weights
-
-        memory.load_state_dict(_read_weights(folder / "memory" / "model.safetensors"), strict=False)
-    params = [g for group in optimizer.param_groups for g in group["params"]]
-    for key, value in tensors.items():
-        i, name = key.split(".", 1)
-        optimizer.state[params[int(i)]][name] = value
+    expected = {k for k in memory.state_dict() if not (memory.config.tie_head and k == "head.weight")}
+    if set(weights) != expected:
+        raise CorruptArtifact(f"checkpoint {folder} does not hold this memory's tensors")
+    memory.load_state_dict(weights, strict=False)  # a tied head is the backbone's, not in the checkpoint
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    for key, value in moments.items():
+        index, name = key.split(".", 1)
+        optimizer.state[params[int(index)]][name] = value
     return read_json(folder / "trainer_state.json", "trainer state")
 
 
