@@ -54,6 +54,8 @@ def test_cli_runs_end_to_end(tiny_run, tmp_path, capsys):
         res["validation_curve"]["0.0"] < min(v for k, v in res["validation_curve"].items() if k != "0.0")
     assert (tmp_path / "run" / "lambda.png").stat().st_size > 1000
     assert (tmp_path / "run" / "report.md").read_text().count("|") > 20
+    (tmp_path / "run" / "report.md").unlink()
+    assert main(["report", *tiny_run]) == 0 and (tmp_path / "run" / "report.md").exists()
     # the stages are idempotent: running again reuses everything
     assert main(["teacher", *tiny_run]) == 0
     assert "teacher:" in capsys.readouterr().out

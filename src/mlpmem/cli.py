@@ -76,6 +76,16 @@ def cmd_eval(args):
     _print_results(run, stage_eval(run))
 
 
+def cmd_report(args):
+    from mlpmem.report import write_run_report
+    from mlpmem.shards import read_json
+
+    run = _run(args)
+    results = read_json(run.path("results.json"), "run results (run `mlpmem eval` first)")
+    write_run_report(run, results)
+    _print_results(run, results)
+
+
 def cmd_run(args):
     from mlpmem.pipeline import run_pipeline
 
@@ -145,6 +155,7 @@ COMMANDS = {
     "teacher": (cmd_teacher, "build the sparse kNN teacher (self excluded) for every datastore position", True),
     "train": (cmd_train, "train the MLP Memory on the datastore keys and the sparse teacher", True),
     "eval": (cmd_eval, "test table, lambda curve, distribution statistics and report of a run", True),
+    "report": (cmd_report, "rewrite a run's report.md and figures from its results.json (no recomputation)", True),
     "run": (cmd_run, "run every stage of a config and print the results table", True),
     "generate": (cmd_generate, "continue a prompt with the memory-augmented model of a run", True),
     "ablate": (cmd_ablate, "train memory variants (--study head-init|alpha|size|epochs) on a run's teacher", True),

@@ -49,23 +49,32 @@ def _mb(n) -> str:
     return f"{n / 2**20:,.1f} MB"
 
 
+def _rel(x: float, ref: float) -> str:
+    return f"{100 * (x / ref - 1):+.1f} %"
+
+
 def results_table(results: dict) -> str:
     """The test table of issue #3: backbone, kNN-LM, memory alone, memory + backbone."""
     t, c = results["test"], results["knnlm_chosen"]
     train_s = results.get("train_seconds")
     mem_size = _mb(results["memory_bytes"]) + (" (+ backbone's tied head)" if results["memory_tied_head"] else "")
     lines = [
-        f"| method | test PPL | settings (chosen on validation) | inference needs besides the backbone | training |",
-        "|---|---|---|---|---|",
-        f"| backbone | {t['backbone']:.3f} | — | — | — |",
-        f"| kNN-LM | {t['knnlm']:.3f} | k={c['k']}, T={c['temperature']}, λ={c['lambda']} | datastore "
+        f"| method | test PPL | vs backbone | settings (chosen on validation) | inference needs besides the backbone "
+        f"| training |",
+        "|---|---|---|---|---|---|",
+        f"| backbone | {t['backbone']:.3f} | — | — | — | — |",
+        f"| kNN-LM | {t['knnlm']:.3f} | {_rel(t['knnlm'], t['backbone'])} | k={c['k']}, T={c['temperature']}, λ={c['lambda']} | datastore "
         f"{_mb(results['datastore_bytes'])} ({results['datastore_tokens']:,} keys) + search | — |",
-        f"| MLP Memory alone | {t['memory']:.3f} | λ=1 | {mem_size} | "
+        f"| MLP Memory alone | {t['memory']:.3f} | {_rel(t['memory'], t['backbone'])} | λ=1 | {mem_size} | "
         f"{results['memory_trainable_parameters']:,} trainable params |",
-        f"| MLP Memory + backbone | {t['memory+backbone']:.3f} | λ={results['lambda']} | {mem_size}, "
+        f"| MLP Memory + backbone | {t['memory+backbone']:.3f} | {_rel(t['memory+backbone'], t['backbone'])} "
+        f"| λ={results['lambda']} | {mem_size}, "
         f"{results['memory_parameters']:,} params | {train_s:,.0f} s |" if train_s else
-        f"| MLP Memory + backbone | {t['memory+backbone']:.3f} | λ={results['lambda']} | {mem_size} | — |",
+        f"| MLP Memory + backbone | {t['memory+backbone']:.3f} | {_rel(t['memory+backbone'], t['backbone'])} "
+        f"| λ={results['lambda']} | {mem_size} | — |",
     ]
+    lines.append(f"\nThe datastore is {results['datastore_bytes'] / results['memory_bytes']:.1f}× the memory's stored size; "
+                 f"memory + backbone is {_rel(t['memory+backbone'], t['knnlm'])} against kNN-LM.")
     return "\n".join(lines)
 
 
