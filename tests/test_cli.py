@@ -66,8 +66,11 @@ def test_cli_runs_end_to_end(tiny_run, tmp_path, capsys):
     assert [r["tie_head"] for r in rows] == [True, True, False, False]
     assert rows[0]["trainable_parameters"] < rows[2]["trainable_parameters"]  # a tied head is frozen
     assert (tmp_path / "run" / "ablations" / "head-init" / "results.png").exists()
-    assert main(["summarize", str(tmp_path / "run"), "--out", str(tmp_path / "s.md")]) == 0
+    assert main(["summarize", str(tmp_path / "run"), "--out", str(tmp_path / "s.md"),
+                 "--copy-reports", str(tmp_path / "docs")]) == 0
     assert "| run |" in (tmp_path / "s.md").read_text()
+    assert (tmp_path / "docs" / "run" / "report.md").exists()
+    assert (tmp_path / "docs" / "run" / "ablation-head-init.md").exists()
     capsys.readouterr()
     assert main(["generate", *tiny_run, "--prompt", "The keeper", "--lam", "1.5"]) == 2
     assert "[0, 1]" in capsys.readouterr().err

@@ -114,6 +114,13 @@ def cmd_summarize(args):
         for run_dir in map(Path, args.runs):
             dest = Path(args.copy_reports) / run_dir.name
             dest.mkdir(parents=True, exist_ok=True)
+            if not (run_dir / "report.md").exists():  # a retrieval-only run: its kNN-LM sweep
+                from mlpmem.report import sweep_table
+                from mlpmem.shards import read_json
+
+                knn = read_json(run_dir / "knnlm" / "results.json", "knnlm results")
+                (dest / "knnlm-sweep.md").write_text(f"# kNN-LM sweep on validation, `{run_dir}`\n\n"
+                                                     + sweep_table(knn) + "\n")
             for f in [*run_dir.glob("*.md"), *run_dir.glob("*.png"), *run_dir.glob("ablations/*/results.*")]:
                 target = dest / (f"ablation-{f.parent.name}{f.suffix}" if "ablations" in f.parts else f.name)
                 shutil.copyfile(f, target)

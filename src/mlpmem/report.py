@@ -136,7 +136,8 @@ def summary_row(run_dir) -> dict:
     run_dir = Path(run_dir)
     timings = read_json(run_dir / "timings.json", "timings")
     knn = read_json(run_dir / "knnlm" / "results.json", "knnlm results")
-    teacher = read_json(run_dir / "teacher" / "manifest.json", "teacher manifest")
+    teacher_path = run_dir / "teacher" / "manifest.json"
+    teacher = read_json(teacher_path, "teacher manifest") if teacher_path.exists() else {}
     res = read_json(run_dir / "results.json", "run results") if (run_dir / "results.json").exists() else None
     rows = {s: read_json(run_dir.joinpath(*p, "manifest.json"), s)["rows"]
             for s, p in (("train", ("datastore",)), ("validation", ("eval", "validation")), ("test", ("eval", "test")))}
@@ -145,7 +146,7 @@ def summary_row(run_dir) -> dict:
         "run": run_dir.name, "tokens": rows,
         "keys_tokens_per_s": keys.get("tokens_per_s"), "teacher_seconds": teach.get("seconds"),
         "teacher_over_keys": teach["seconds"] / keys["seconds"] if teach and keys else None,
-        "teacher_bytes_per_token": teacher["bytes_per_token"], "knnlm": knn["chosen"],
+        "teacher_bytes_per_token": teacher.get("bytes_per_token"), "knnlm": knn["chosen"],
         "backbone_ppl": knn["test"]["backbone_ppl"], "knnlm_ppl": knn["test"]["knnlm_ppl"],
         "memory_ppl": res["test"]["memory"] if res else None,
         "joint_ppl": res["test"]["memory+backbone"] if res else None,
@@ -165,7 +166,7 @@ def summary_table(run_dirs) -> str:
         joint = f"{r['joint_ppl']:.3f} ({r['memory_lambda']})" if r["joint_ppl"] else "—"
         lines.append(
             f"| {r['run']} | {tok} | {_fmt(r['keys_tokens_per_s'], 0)} | {_fmt(r['teacher_seconds'], 0)} "
-            f"({_fmt(r['teacher_over_keys'])}) | {r['teacher_bytes_per_token']} | {c['k']}, {c['temperature']}, "
+            f"({_fmt(r['teacher_over_keys'])}) | {_fmt(r['teacher_bytes_per_token'])} | {c['k']}, {c['temperature']}, "
             f"{c['lambda']} | {r['backbone_ppl']:.3f} | {r['knnlm_ppl']:.3f} | {_fmt(r['memory_ppl'], 3)} | {joint} |")
     return "\n".join(lines)
 
