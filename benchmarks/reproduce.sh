@@ -9,6 +9,6 @@ $M run configs/default.yaml                       # Shakespeare by play: the def
 $M run configs/wikipedia-by-article.yaml          # negative control: the backbone already knows Wikipedia
 for s in datastore knnlm teacher; do $M $s configs/wikipedia-within-article.yaml; done
 $M run configs/quick.yaml                         # the quick demo
-$M ablate configs/quick.yaml --study head-init    # tied/untied head x backbone/random init
+$M ablate configs/quick.yaml --study head-init --set train.epochs=1  # tied/untied head x backbone/random init
 $M summarize runs/default runs/wikipedia-within-article runs/wikipedia-by-article runs/quick \
   --out docs/results/summary.md --copy-reports docs/results
