@@ -2,7 +2,8 @@ import numpy as np
 import torch
 
 from mlpmem.eval.perplexity import perplexity
-from mlpmem.evaluate import lambda_curve, tokens_for_mass
+from mlpmem.eval.perplexity import lambda_curve
+from mlpmem.evaluate import tokens_for_mass
 
 
 def test_tokens_for_mass_by_hand():

@@ -109,6 +109,11 @@ class Window:
     first_target: int
 
     @property
+    def positions(self) -> slice:
+        """Positions within the window whose next token is a scored target."""
+        return slice(self.first_target - self.start - 1, self.end - self.start - 1)
+
+    @property
     def num_scored(self) -> int:
         return self.end - self.first_target
 

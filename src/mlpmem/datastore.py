@@ -33,7 +33,8 @@ class EncodedBatch:
     lm_logprob: np.ndarray | None  # (n,) fp32
 
 
-def _pad_batch(token_docs: list[np.ndarray], windows: list[Window], pad_id: int):
+def pad_windows(token_docs: list[np.ndarray], windows: list[Window], pad_id: int = 0):
+    """Right-padded ``input_ids`` and ``attention_mask`` ``(B, T)`` of a batch of windows."""
     length = max(w.end - w.start for w in windows)
     input_ids = torch.full((len(windows), length), pad_id, dtype=torch.long)
     mask = torch.zeros((len(windows), length), dtype=torch.long)
@@ -47,7 +48,7 @@ def _pad_batch(token_docs: list[np.ndarray], windows: list[Window], pad_id: int)
 @torch.no_grad()
 def encode_windows(model, token_docs, windows: list[Window], layer: int, site: str, with_lm: bool) -> EncodedBatch:
     """Keys (and optionally LM log-probs) of the scored targets of a batch of windows (right-padded)."""
-    input_ids, mask = _pad_batch(token_docs, windows, pad_id=0)  # (B, T)
+    input_ids, mask = pad_windows(token_docs, windows)  # (B, T)
     lm_logprob = None
     if with_lm:
         with KeyHook(model, layer, site) as hook:
@@ -59,11 +60,10 @@ def encode_windows(model, token_docs, windows: list[Window], layer: int, site: s
         keys = extract_keys(model, input_ids, mask, layer, site)  # (B, T, d)
     rows, values, lms = [], [], []
     for b, w in enumerate(windows):
-        pos = slice(w.first_target - w.start - 1, w.end - w.start - 1)  # positions predicting the targets
-        rows.append(keys[b, pos])
+        rows.append(keys[b, w.positions])
         values.append(token_docs[w.doc][w.first_target : w.end])
         if with_lm:
-            lms.append(lm_all[b, pos])
+            lms.append(lm_all[b, w.positions])
     keys_out = torch.cat(rows).to(torch.float16).numpy()
     if not np.isfinite(keys_out).all():
         raise CorruptArtifact("the backbone produced NaN/Inf keys (or keys beyond fp16 range) at this layer")

@@ -10,17 +10,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mlpmem.eval.perplexity import perplexity
-from mlpmem.mixing import mix_log_probs
+from mlpmem.eval.perplexity import best_lambda, lambda_curve, perplexity
 from mlpmem.shards import read_json, write_json
 
 LAMBDAS = [round(0.05 * i, 2) for i in range(21)]
 MASS_FRACTIONS = (0.8, 0.99)
-
-
-def lambda_curve(lp_lm: np.ndarray, lp_other: np.ndarray, lambdas=LAMBDAS) -> dict[float, float]:
-    a, b = torch.from_numpy(lp_lm.astype(np.float64)), torch.from_numpy(lp_other.astype(np.float64))
-    return {lam: perplexity(mix_log_probs(a, b, lam)) for lam in lambdas}
 
 
 def tokens_for_mass(probs: torch.Tensor, fraction: float) -> torch.Tensor:
@@ -49,7 +43,7 @@ def distribution_stats(run, memory, num_positions: int = 1024) -> dict:
     """
     from mlpmem.backbone import KeyHook
     from mlpmem.corpus import make_windows
-    from mlpmem.datastore import KeyStore, _pad_batch
+    from mlpmem.datastore import KeyStore, pad_windows
     from mlpmem.pipeline import split_tokens
     from mlpmem.teacher import aggregate_by_token, exclude_and_weight
 
@@ -57,12 +51,11 @@ def distribution_stats(run, memory, num_positions: int = 1024) -> dict:
     docs = split_tokens(run, "test")
     lm_rows, key_rows, n = [], [], 0
     for w in make_windows([len(d) for d in docs], cfg.corpus.block_size, cfg.corpus.stride):
-        ids, mask = _pad_batch(docs, [w], 0)
+        ids, mask = pad_windows(docs, [w])
         with KeyHook(model, cfg.backbone.layer, cfg.backbone.site) as hook:
             logits = model(input_ids=ids, attention_mask=mask).logits[0]  # (T, V)
-        pos = slice(w.first_target - w.start - 1, w.end - w.start - 1)
-        lm_rows.append(torch.softmax(logits[pos], -1))
-        key_rows.append(hook.keys[0, pos])
+        lm_rows.append(torch.softmax(logits[w.positions], -1))
+        key_rows.append(hook.keys[0, w.positions])
         n += lm_rows[-1].shape[0]
         if n >= num_positions:
             break
@@ -91,20 +84,20 @@ def stage_eval(run, num_positions: int = 1024) -> dict:
     for split in ("validation", "test"):
         data = eval_data(run, split)
         splits[split] = (data.lm_logprob, memory_logprobs(memory, data.keys, data.targets))
-    curve = lambda_curve(*splits["validation"])
-    lam = min(curve, key=lambda x: (curve[x], x))
+    curve = lambda_curve(*splits["validation"], LAMBDAS)
+    lam = best_lambda(curve)
     lm_test, mem_test = splits["test"]
     store = KeyStore(run.path("datastore"), verify=False)
     train = run.timings().get("train", {})
     results = {
         "lambda": lam,
         "validation_curve": {str(k): v for k, v in curve.items()},
-        "test_curve": {str(k): v for k, v in lambda_curve(lm_test, mem_test).items()},
+        "test_curve": {str(k): v for k, v in lambda_curve(lm_test, mem_test, LAMBDAS).items()},
         "test": {
             "backbone": perplexity(lm_test),
             "knnlm": knn["test"]["knnlm_ppl"],
             "memory": perplexity(mem_test),
-            "memory+backbone": perplexity(mix_log_probs(torch.from_numpy(lm_test), torch.from_numpy(mem_test), lam)),
+            "memory+backbone": lambda_curve(lm_test, mem_test, [lam])[lam],
             "tokens": int(len(lm_test)),
         },
         "knnlm_chosen": knn["chosen"],

@@ -23,10 +23,10 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from mlpmem.errors import ConfigError, CorruptArtifact
-from mlpmem.eval.perplexity import perplexity
+from mlpmem.eval.perplexity import best_lambda, lambda_curve, perplexity
 from mlpmem.loss import check_alpha, sparse_hybrid_loss
 from mlpmem.memory import MLPMemory
-from mlpmem.mixing import check_lambda, mix_log_probs
+from mlpmem.mixing import check_lambda
 from mlpmem.shards import read_json, write_json
 
 
@@ -107,11 +107,10 @@ def memory_logprobs(memory: MLPMemory, keys: np.ndarray, targets: np.ndarray, ba
 
 def evaluate(memory: MLPMemory, data: EvalData, lambdas: list[float]) -> dict:
     """Memory-only perplexity and the joint perplexity at each λ (mixed after softmax)."""
-    lp_mem = torch.from_numpy(memory_logprobs(memory, data.keys, data.targets))
-    lp_lm = torch.from_numpy(data.lm_logprob.astype(np.float64))
-    joint = {lam: perplexity(mix_log_probs(lp_lm, lp_mem, lam)) for lam in lambdas}
-    best = min(joint, key=lambda lam: (joint[lam], lam))
-    return {"memory_ppl": perplexity(lp_mem), "backbone_ppl": perplexity(lp_lm), "joint_ppl": joint[best],
+    lp_mem = memory_logprobs(memory, data.keys, data.targets)
+    joint = lambda_curve(data.lm_logprob, lp_mem, lambdas)
+    best = best_lambda(joint)
+    return {"memory_ppl": perplexity(lp_mem), "backbone_ppl": perplexity(data.lm_logprob), "joint_ppl": joint[best],
             "best_lambda": best, "ppl_by_lambda": {str(k): v for k, v in joint.items()}}
 
 
