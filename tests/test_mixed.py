@@ -10,7 +10,8 @@ from _tiny import PAD, VOCAB, TinyTokenizer, left_padded, tiny_backbone
 from mlpmem.backbone import KeyHook, decoder_layers
 from mlpmem.errors import ConfigError, FingerprintMismatch
 from mlpmem.memory import MemoryConfig, MLPMemory
-from mlpmem.mixed import MemoryAugmentedLM
+from mlpmem.mixed import MemoryAugmentedLM, mix_logits, tied_head_logits
+from mlpmem.mixing import mix_log_probs
 
 FAMILIES = ("llama", "gpt2")
 PROMPTS = [[5, 17, 3, 99, 42, 7], [8, 9], [60, 61, 62, 63]]
@@ -205,3 +206,103 @@ def test_beam_search_lambda_zero_matches_backbone():
     ids, mask = left_padded(PROMPTS)
     kwargs = dict(input_ids=ids, attention_mask=mask, max_new_tokens=5, num_beams=3, do_sample=False, pad_token_id=PAD)
     assert torch.equal(mlm.generate(**kwargs), mlm.backbone.generate(**kwargs))
+
+
+# -- the optimized decode path (fused tied head, one-pass mixing) against a plain reference
+
+
+def tied_augmented(family: str, lam: float, fuse_head: bool | None = None) -> MemoryAugmentedLM:
+    """A tiny backbone with a memory whose head is the backbone's output embedding (spread hidden states)."""
+    from mlpmem.memory import tie_to_backbone
+
+    backbone = tiny_backbone(family)
+    torch.manual_seed(3)
+    memory = MLPMemory(MemoryConfig.from_backbone(backbone, "tiny", key_layer=-1, tie_head=True)).eval()
+    tie_to_backbone(memory, backbone)
+    with torch.no_grad():
+        memory.norm.weight.mul_(30.0)  # spread p_mem so that the memory changes the greedy path
+    return MemoryAugmentedLM(backbone, memory, lam=lam, fuse_head=fuse_head)
+
+
+def plain_mixed_logprobs(mlm: MemoryAugmentedLM, sequence: torch.Tensor) -> torch.Tensor:
+    """Reference: one uncached forward without hooks, the memory's own head on every position, and
+    log-space mixing of the two log_softmax tensors (mixing.mix_log_probs). (1, T) -> (1, T, V)."""
+    with torch.no_grad():
+        keys = hand_keys(mlm.backbone, sequence, mlm.key_layer, mlm.key_site)  # (1, T, d)
+        logp_lm = F.log_softmax(mlm.backbone(input_ids=sequence).logits.float(), -1)
+        logp_mem = F.log_softmax(F.linear(mlm.memory.features(keys), mlm.memory.head.weight).float(), -1)
+    return mix_log_probs(logp_lm, logp_mem, mlm.lam)
+
+
+def test_tied_head_logits_equal_two_separate_heads():
+    torch.manual_seed(0)
+    weight, h_lm, h_mem = torch.randn(50, 16), torch.randn(3, 4, 16), torch.randn(3, 4, 16)
+    lm, mem = tied_head_logits(weight, h_lm, h_mem)
+    torch.testing.assert_close(lm, F.linear(h_lm, weight), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(mem, F.linear(h_mem, weight), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("lam", [0.3, 1.0])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_fused_head_equals_separate_heads(family, lam):
+    fused = tied_augmented(family, lam)
+    assert fused.fuse_head
+    separate = MemoryAugmentedLM(fused.backbone, fused.memory, lam=lam, fuse_head=False)
+    ids, mask = left_padded(PROMPTS)
+    with torch.no_grad():
+        a = fused(input_ids=ids, attention_mask=mask).logits
+        b = separate(input_ids=ids, attention_mask=mask).logits
+        last = fused(input_ids=ids, attention_mask=mask, logits_to_keep=1).logits
+    torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-5)  # fp32 rounding of (2B, T, d) vs (B, T, d) GEMMs
+    torch.testing.assert_close(last, a[:, -1:], rtol=1e-6, atol=1e-5)
+
+
+def test_fused_head_reads_the_embedding_once_per_step():
+    mlm = tied_augmented("llama", 0.5)
+    head_rows, memory_head_calls = [], []
+    h1 = mlm.backbone.get_output_embeddings().register_forward_hook(  # runs before the mixer's (registered first)
+        lambda module, args, output: head_rows.append(tuple(output.shape)))
+    h2 = mlm.memory.head.register_forward_pre_hook(lambda *a: memory_head_calls.append(1))
+    ids, mask = left_padded(PROMPTS)
+    greedy(mlm, ids, mask, max_new_tokens=3)
+    h1.remove(), h2.remove()
+    assert memory_head_calls == []
+    assert len(head_rows) == 3 and all(rows[0] == 2 * len(PROMPTS) for rows in head_rows)
+
+
+def test_fuse_head_needs_a_tied_head():
+    mlm = augmented("llama", lam=0.5)
+    assert not mlm.fuse_head
+    with pytest.raises(ConfigError, match="tied"):
+        MemoryAugmentedLM(mlm.backbone, mlm.memory, fuse_head=True)
+
+
+def test_mix_logits_equals_log_softmax_mixing():
+    torch.manual_seed(0)
+    a, b = torch.randn(2, 3, 40) * 10, torch.randn(2, 3, 40) * 10
+    for lam in (0.0, 0.2, 1.0):
+        expected = mix_log_probs(F.log_softmax(a, -1), F.log_softmax(b, -1), lam)
+        torch.testing.assert_close(mix_logits(a, b, lam), expected, rtol=0, atol=1e-5)
+    assert torch.equal(mix_logits(a, b, 0.0), F.log_softmax(a, -1))
+
+
+@pytest.mark.parametrize("sample", [False, True])
+@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_optimized_decode_equals_plain_path(family, batched, sample):
+    """Every step's mixed log-probs of cached generate (fused head, kept positions, one-pass mixing) equal
+    the plain reference recomputed on the finished sequences, to 1e-4 (fp32 rounding of cached attention)."""
+    mlm = tied_augmented(family, 0.4)
+    prompts = PROMPTS if batched else PROMPTS[:1]
+    ids, mask = left_padded(prompts)
+    torch.manual_seed(0)
+    out = mlm.generate(input_ids=ids, attention_mask=mask, max_new_tokens=5, do_sample=sample, top_k=0,
+                       pad_token_id=PAD, output_logits=True, return_dict_in_generate=True)
+    steps = torch.stack(out.logits, dim=1)  # (B, 5, V) the mixed log-probs each step decoded from
+    width = ids.shape[1]
+    for row, prompt in enumerate(prompts):
+        sequence = torch.cat([torch.tensor(prompt), out.sequences[row, width:]])[None]  # (1, P + 5)
+        reference = plain_mixed_logprobs(mlm, sequence)[0, len(prompt) - 1 : -1]  # (5, V)
+        torch.testing.assert_close(steps[row], reference, rtol=0, atol=1e-4)
+    if not sample:
+        assert not torch.equal(out.sequences, greedy(mlm.backbone, ids, mask, max_new_tokens=5))
