@@ -57,6 +57,20 @@ def test_resume_after_kill_is_byte_identical(docs, tiny_llama, tiny_tokenizer, t
         assert (tmp_path / "full" / name).read_bytes() == (tmp_path / "part" / name).read_bytes()
 
 
+def test_bf16_store_is_close_to_fp32_and_records_precision(docs, tiny_llama, tiny_tokenizer, tmp_path):
+    build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "fp32", with_lm=True, **KW)
+    build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "bf16", with_lm=True, precision="bf16", **KW)
+    ref, low = KeyStore(tmp_path / "fp32"), KeyStore(tmp_path / "bf16")
+    assert low.manifest["precision"] == "bf16" and ref.manifest["precision"] == "fp32"
+    assert np.array_equal(ref.array("values"), low.array("values"))
+    keys_ref, keys_low = ref.array("keys").astype(np.float32), low.array("keys").astype(np.float32)
+    rel = np.linalg.norm(keys_low - keys_ref) / np.linalg.norm(keys_ref)
+    assert 0 < rel < 0.02  # bf16 really ran (not bit-equal) and stays close
+    np.testing.assert_allclose(low.array("lm"), ref.array("lm"), atol=0.05)
+    with pytest.raises(CorruptArtifact, match="precision"):  # a resumed store never mixes precisions
+        build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "fp32", with_lm=True, precision="bf16", **KW)
+
+
 def test_rerun_of_complete_store_does_nothing(docs, tiny_llama, tiny_tokenizer, tmp_path):
     build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", **KW)
     before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "ds").iterdir()}

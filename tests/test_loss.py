@@ -104,6 +104,25 @@ def _in_top(ids: torch.Tensor) -> torch.Tensor:
     return mask.scatter_(-1, torch.where(ids >= 0, ids, V), True)[:, :V]
 
 
+@pytest.mark.parametrize("alpha", [0.0, 0.4, 1.0])
+def test_closed_form_gradient_equals_autograd_of_dense_reference(alpha):
+    logits, p, targets, ids, probs, residual = random_case(seed=7)
+    ids, probs = ids.clone(), probs.clone()
+    ids[0, 0], probs[0, 0] = 0, probs[0, 0]  # token 0 is a real top-K id in a row that also has pads
+    p[0] = 0.0
+    p[0, ids[0][ids[0] >= 0]] = probs[0][ids[0] >= 0]
+    assert not (ids[0] == 1).any()
+    p[0, 1] += residual[0]  # the residual lives on a token outside the top-K
+    assert (ids[0] == -1).any()
+    x = logits.clone().requires_grad_()
+    loss, _ = sparse_hybrid_loss(x, ids, probs, residual, targets, alpha)
+    loss.backward()
+    y = logits.double().requires_grad_()
+    ref, _ = dense_reference_loss(y, p, targets, alpha, teacher_ids=ids)
+    ref.backward()
+    torch.testing.assert_close(x.grad.double(), y.grad, rtol=1e-5, atol=1e-6)
+
+
 def test_chunked_equals_unchunked_with_gradients():
     logits, p, targets, ids, probs, residual = random_case(seed=5)
     a = logits.clone().requires_grad_()

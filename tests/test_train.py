@@ -30,9 +30,11 @@ def _memory():
 CFG = dict(epochs=3, batch_size=32, lr=3e-3, checkpoint_every=4, eval_lambdas=[0.0, 0.5, 1.0], alpha=0.4)
 
 
-def test_training_learns_and_beats_uniform_backbone(tmp_path):
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_training_learns_and_beats_uniform_backbone(tmp_path, precision):
     data, val = _data()
-    state = train_memory(_memory(), data, val, TrainConfig(**dict(CFG, epochs=15, lr=1e-2)), tmp_path, progress=False)
+    cfg = TrainConfig(**dict(CFG, epochs=15, lr=1e-2, precision=precision))
+    state = train_memory(_memory(), data, val, cfg, tmp_path, progress=False)
     last = state["history"][-1]
     assert last["memory_ppl"] < 0.3 * V  # the backbone here is uniform: PPL = V
     assert last["joint_ppl"] < last["backbone_ppl"]
@@ -71,7 +73,8 @@ def test_schedule_and_order():
     assert not np.array_equal(epoch_order(50, 0, 1), epoch_order(50, 0, 2))
 
 
-@pytest.mark.parametrize("bad", [dict(alpha=1.2), dict(eval_lambdas=[2.0]), dict(epochs=0), dict(init="zeros")])
+@pytest.mark.parametrize("bad", [dict(alpha=1.2), dict(eval_lambdas=[2.0]), dict(epochs=0), dict(init="zeros"),
+                                 dict(precision="fp16")])
 def test_train_config_errors(bad):
     with pytest.raises(ConfigError):
         TrainConfig(**bad)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from mlpmem.backbone import DEFAULT_BACKBONE, SITES
+from mlpmem.backbone import DEFAULT_BACKBONE, SITES, check_precision
 from mlpmem.baselines.knnlm import KnnLMConfig
 from mlpmem.errors import ConfigError
 from mlpmem.index import IndexConfig
@@ -30,8 +30,11 @@ class BackboneConfig:
     """Key layer: an index (negative from the end) or a depth fraction in (0, 1]."""
     site: str = "ffn_input"
     """``ffn_input`` (input of the layer's feed-forward block) or ``residual`` (block output)."""
+    precision: str = "fp32"
+    """Compute precision of the datastore and evaluation passes: ``fp32`` or ``bf16`` (autocast, ~2x faster)."""
 
     def __post_init__(self):
+        check_precision(self.precision)
         if self.site not in SITES:
             raise ConfigError(f"backbone.site must be one of {SITES}, got {self.site!r}")
         if isinstance(self.layer, float) and not 0 < self.layer <= 1:

@@ -18,7 +18,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from mlpmem.backbone import KeyHook, check_fingerprint, extract_keys, fingerprint, resolve_layer
+from mlpmem.backbone import (KeyHook, autocast, base_model, check_fingerprint, check_precision, extract_keys,
+                             fingerprint, output_logits, resolve_layer)
 from mlpmem.corpus import Window, corpus_hash, make_windows
 from mlpmem.errors import CorruptArtifact, MlpmemError
 from mlpmem.shards import MANIFEST, clean_temporaries, load_array, read_json, resume_manifest, save_array, write_json
@@ -46,33 +47,37 @@ def pad_windows(token_docs: list[np.ndarray], windows: list[Window], pad_id: int
 
 
 @torch.no_grad()
-def encode_windows(model, token_docs, windows: list[Window], layer: int, site: str, with_lm: bool) -> EncodedBatch:
-    """Keys (and optionally LM log-probs) of the scored targets of a batch of windows (right-padded)."""
+def encode_windows(model, token_docs, windows: list[Window], layer: int, site: str, with_lm: bool,
+                   precision: str = "fp32") -> EncodedBatch:
+    """Keys (and optionally LM log-probs) of the scored targets of a batch of windows (right-padded).
+
+    The decoder runs at ``precision``; the LM head runs in fp32 on the scored positions only.
+    """
     input_ids, mask = pad_windows(token_docs, windows)  # (B, T)
-    lm_logprob = None
-    if with_lm:
-        with KeyHook(model, layer, site) as hook:
-            logits = model(input_ids=input_ids, attention_mask=mask, use_cache=False).logits  # (B, T, V)
-        keys = hook.keys
-        next_ids = torch.cat([input_ids[:, 1:], input_ids[:, :1]], dim=1)  # (B, T) token at t+1
-        lm_all = logits.gather(-1, next_ids[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)  # (B, T)
-    else:
-        keys = extract_keys(model, input_ids, mask, layer, site)  # (B, T, d)
-    rows, values, lms = [], [], []
-    for b, w in enumerate(windows):
-        rows.append(keys[b, w.positions])
-        values.append(token_docs[w.doc][w.first_target : w.end])
+    with torch.no_grad(), autocast(model, precision):
         if with_lm:
-            lms.append(lm_all[b, w.positions])
-    keys_out = torch.cat(rows).to(torch.float16).numpy()
+            with KeyHook(model, layer, site) as hook:
+                hidden = base_model(model)(input_ids=input_ids, attention_mask=mask, use_cache=False)[0]  # (B, T, d)
+            keys = hook.keys
+        else:
+            keys = extract_keys(model, input_ids, mask, layer, site)  # (B, T, d)
+    keys_out = torch.cat([keys[b, w.positions] for b, w in enumerate(windows)]).to(torch.float16).numpy()
     if not np.isfinite(keys_out).all():
         raise CorruptArtifact("the backbone produced NaN/Inf keys (or keys beyond fp16 range) at this layer")
+    values = np.concatenate([token_docs[w.doc][w.first_target : w.end] for w in windows]).astype(np.int32)
+    lm_logprob = None
     if with_lm:
-        lm_logprob = torch.cat(lms).float().numpy()
-    return EncodedBatch(keys_out, np.concatenate(values).astype(np.int32), lm_logprob)
+        with torch.no_grad():
+            scored = torch.cat([hidden[b, w.positions] for b, w in enumerate(windows)])  # (M, d)
+            logits = output_logits(model, scored)  # (M, V) fp32
+            targets = torch.from_numpy(values).long()
+            lm = logits.gather(-1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)  # (M,)
+        lm_logprob = lm.float().numpy()
+    return EncodedBatch(keys_out, values, lm_logprob)
 
 
-def _settings(model, tokenizer, token_docs, layer, site, block_size, stride, batch_size, batches_per_shard, with_lm):
+def _settings(model, tokenizer, token_docs, layer, site, block_size, stride, batch_size, batches_per_shard, with_lm,
+              precision):
     return {
         "format": FORMAT,
         "backbone": fingerprint(model, tokenizer),
@@ -83,13 +88,14 @@ def _settings(model, tokenizer, token_docs, layer, site, block_size, stride, bat
         "batch_size": batch_size,
         "batches_per_shard": batches_per_shard,
         "with_lm": with_lm,
+        "precision": check_precision(precision),
         "corpus_sha": corpus_hash(token_docs),
     }
 
 
 def build_keystore(model, tokenizer, token_docs: list[np.ndarray], out_dir: str | Path, *, layer, site="ffn_input",
                    block_size=512, stride=256, batch_size=4, batches_per_shard=16, with_lm=False,
-                   rebuild=False, progress=True, desc="keys") -> dict:
+                   precision="fp32", rebuild=False, progress=True, desc="keys") -> dict:
     """Encode every scored target of ``token_docs`` into a keystore at ``out_dir``; resumable, idempotent."""
     out_dir = Path(out_dir)
     if rebuild:
@@ -97,7 +103,7 @@ def build_keystore(model, tokenizer, token_docs: list[np.ndarray], out_dir: str 
     out_dir.mkdir(parents=True, exist_ok=True)
     clean_temporaries(out_dir)
     settings = _settings(model, tokenizer, token_docs, layer, site, block_size, stride, batch_size,
-                         batches_per_shard, with_lm)
+                         batches_per_shard, with_lm, precision)
     windows = make_windows([len(t) for t in token_docs], block_size, stride)
     if not windows:
         raise MlpmemError("the corpus has no token to score (every document is shorter than 2 tokens)")
@@ -114,7 +120,7 @@ def build_keystore(model, tokenizer, token_docs: list[np.ndarray], out_dir: str 
         parts = []
         for i in range(0, len(shard_windows), batch_size):
             batch = shard_windows[i : i + batch_size]
-            parts.append(encode_windows(model, token_docs, batch, settings["layer"], site, with_lm))
+            parts.append(encode_windows(model, token_docs, batch, settings["layer"], site, with_lm, precision))
             bar.update(len(parts[-1].values))
         manifest = _write_shard(out_dir, manifest, parts, len(shard_windows))
         done += len(shard_windows)

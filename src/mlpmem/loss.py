@@ -15,10 +15,10 @@ top-K towards r without inventing how r is split.
 
 Numerics. log q_rest is not computed as log(1 - sum_j q_j): when the top-K holds almost all of q,
 1 - sum_j q_j cancels catastrophically (in fp32 it is exactly 0 below ~6e-8) and its log becomes -inf.
-Instead the top-K logits are masked out and log q_rest = logsumexp(rest logits) - logsumexp(all logits),
-which is exact to rounding for any mass. If the rest is empty (K covers the vocabulary) the masked
-logsumexp uses the dtype's most negative finite value, so q_rest underflows to the clamp
-``log q_rest >= log(tiny)`` with a zero (not NaN) gradient.
+Instead q_rest is summed over the rest cell only (the top-K entries of q masked to 0), which is exact to
+rounding for any mass. If the rest is empty (K covers the vocabulary) or underflows, log q_rest sits at the
+clamp ``log q_rest >= log(tiny)`` and the rest term has a zero (not NaN) gradient. The gradient is written in
+closed form (:class:`_SparseRows`), one pass over the (n, V) block.
 
 The mixed-label identity. For a fixed teacher, with the mixed label y = alpha * p_knn + (1 - alpha) * delta(target)
 (p_knn coarse-grained as above, r on the rest cell):
@@ -67,28 +67,64 @@ def _check_shapes(logits, teacher_ids, teacher_probs, teacher_residual, targets)
         )
 
 
+class _SparseRows(torch.autograd.Function):
+    """Per-row coarse-grained KL (n,) and CE (n,) with a closed-form backward.
+
+    With q = softmax(z), P = sum_j p_j and the rest cell's share rho = r / q_rest (0 where q_rest sits at its
+    clamp), the logit gradients are
+
+        dKL/dz = (P + r - rho) q + rho q[top] - p[top]        dCE/dz = q - e_target
+
+    (``x[top]`` scatters onto the top-K ids only), so backward is a single pass over the (n, V) block instead of
+    autograd's replay of two logsumexps and a masked fill.
+    """
+
+    @staticmethod
+    def forward(ctx, logits, teacher_ids, teacher_probs, teacher_residual, targets):
+        n, vocab = logits.shape
+        log_z = torch.logsumexp(logits, dim=-1)  # (n,)
+        q = torch.exp(logits - log_z[:, None])  # (n, V)
+        valid = teacher_ids >= 0  # (n, K)
+        ids = teacher_ids.clamp(min=0)  # (n, K)
+        # top-K membership; pads scatter into a spare column V, so they never clash with a real id
+        cols = torch.where(valid, teacher_ids, vocab)  # (n, K)
+        in_top = torch.zeros(n, vocab + 1, dtype=torch.bool, device=logits.device)
+        in_top = in_top.scatter_(-1, cols, True)[:, :vocab]  # (n, V)
+        q_rest = q.masked_fill(in_top, 0.0).sum(-1)  # (n,) summed over the rest only: no cancellation
+        log_q_rest_raw = torch.log(q_rest)
+        log_q_rest = log_q_rest_raw.clamp(min=LOG_TINY)  # (n,)
+
+        log_q_top = logits.gather(-1, ids) - log_z[:, None]  # (n, K)
+        p = torch.where(valid, teacher_probs.float(), 0.0)  # (n, K)
+        r = teacher_residual.float().clamp(min=0.0)  # (n,)
+        top_terms = torch.where(p > 0, p * (torch.log(p) - log_q_top), 0.0)  # (n, K)
+        rest_term = torch.where(r > 0, r * (torch.log(r) - log_q_rest), 0.0)  # (n,)
+        kl = top_terms.sum(-1) + rest_term  # (n,)
+        ce = log_z - logits.gather(-1, targets[:, None]).squeeze(-1)  # (n,)
+
+        live = (r > 0) & (log_q_rest_raw > LOG_TINY)  # rest cell with a gradient (clamped: none)
+        rho = torch.where(live, r / q_rest.clamp(min=torch.finfo(torch.float32).tiny), 0.0)  # (n,)
+        r_live = torch.where(live, r, 0.0)
+        ctx.save_for_backward(q, ids, valid, p, rho, r_live, targets)
+        return kl, ce
+
+    @staticmethod
+    def backward(ctx, grad_kl, grad_ce):
+        q, ids, valid, p, rho, r_live, targets = ctx.saved_tensors
+        gk = grad_kl if grad_kl is not None else torch.zeros_like(rho)  # (n,)
+        gc = grad_ce if grad_ce is not None else torch.zeros_like(rho)  # (n,)
+        scale = gk * (p.sum(-1) + r_live - rho) + gc  # (n,)
+        grad = q * scale[:, None]  # (n, V): the one full pass
+        top = gk[:, None] * (rho[:, None] * q.gather(-1, ids) - p)  # (n, K)
+        top = torch.where(valid, top, 0.0)  # pads (clamped to id 0) belong to no cell
+        grad.scatter_add_(-1, ids, top)
+        grad.scatter_add_(-1, targets[:, None], -gc[:, None])
+        return grad, None, None, None, None
+
+
 def _sparse_rows(logits, teacher_ids, teacher_probs, teacher_residual, targets):
-    """Per-row coarse-grained KL (n,) and CE (n,) for one chunk of rows."""
-    logits = logits.float()  # (n, V)
-    n, vocab = logits.shape
-    log_z = torch.logsumexp(logits, dim=-1)  # (n,)
-    valid = teacher_ids >= 0  # (n, K)
-    # top-K membership; pads scatter into a spare column V, so they never clash with a real id
-    cols = torch.where(valid, teacher_ids, vocab)  # (n, K)
-    in_top = torch.zeros(n, vocab + 1, dtype=torch.bool, device=logits.device)
-    in_top = in_top.scatter_(-1, cols, True)[:, :vocab]  # (n, V)
-    rest_logits = logits.masked_fill(in_top, torch.finfo(logits.dtype).min)  # (n, V)
-    log_q_rest = (torch.logsumexp(rest_logits, dim=-1) - log_z).clamp(min=LOG_TINY)  # (n,)
-
-    log_q_top = logits.gather(-1, teacher_ids.clamp(min=0)) - log_z[:, None]  # (n, K)
-    p = teacher_probs.float()  # (n, K)
-    top_terms = torch.where(p > 0, p * (torch.log(p) - log_q_top), 0.0)  # (n, K)
-    r = teacher_residual.float().clamp(min=0.0)  # (n,)
-    rest_term = torch.where(r > 0, r * (torch.log(r) - log_q_rest), 0.0)  # (n,)
-    kl = top_terms.sum(-1) + rest_term  # (n,)
-
-    ce = log_z - logits.gather(-1, targets[:, None]).squeeze(-1)  # (n,)
-    return kl, ce
+    """Per-row coarse-grained KL (n,) and CE (n,) for one chunk of rows (see :class:`_SparseRows`)."""
+    return _SparseRows.apply(logits.float(), teacher_ids, teacher_probs, teacher_residual, targets)
 
 
 def _chunked_rows(fn, tensors: tuple, chunk_size: int | None):

@@ -134,8 +134,8 @@ def stage_datastore(run: Run, rebuild: bool = False) -> dict:
         manifest = build_keystore(
             model, tokenizer, tokens, run.path(folder), layer=cfg.backbone.layer, site=cfg.backbone.site,
             block_size=cfg.corpus.block_size, stride=cfg.corpus.stride, batch_size=cfg.datastore.batch_size,
-            batches_per_shard=cfg.datastore.batches_per_shard, with_lm=with_lm, rebuild=rebuild,
-            progress=run.progress, desc=f"keys {split}")
+            batches_per_shard=cfg.datastore.batches_per_shard, with_lm=with_lm, precision=cfg.backbone.precision,
+            rebuild=rebuild, progress=run.progress, desc=f"keys {split}")
         seconds = time.perf_counter() - t0
         summary[split] = {"tokens": manifest["rows"], "seconds": seconds}
         if seconds > 1:  # a reused, complete keystore is not a measurement

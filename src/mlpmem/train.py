@@ -22,6 +22,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
+from mlpmem.backbone import autocast
 from mlpmem.errors import ConfigError, CorruptArtifact
 from mlpmem.eval.perplexity import best_lambda, lambda_curve, perplexity
 from mlpmem.loss import check_alpha, sparse_hybrid_loss
@@ -49,6 +50,8 @@ class TrainConfig:
     min_lr_fraction: float = 0.1
     grad_clip: float = 1.0
     loss_chunk: int | None = None
+    precision: str = "fp32"
+    """``fp32`` or ``bf16`` (autocast: bf16 matmuls in the forward, fp32 weights, loss and optimizer)."""
     checkpoint_every: int = 200
     """Steps between checkpoints (and always at the end of an epoch)."""
     eval_lambdas: list[float] = field(default_factory=lambda: [round(0.05 * i, 2) for i in range(21)])
@@ -62,6 +65,8 @@ class TrainConfig:
             raise ConfigError("train epochs, batch_size and checkpoint_every must be >= 1")
         if not self.lr > 0 or self.grad_clip <= 0 or not 0 <= self.warmup_fraction < 1:
             raise ConfigError("train lr and grad_clip must be > 0 and warmup_fraction in [0, 1)")
+        if self.precision not in ("fp32", "bf16"):
+            raise ConfigError(f"train.precision must be fp32 or bf16, got {self.precision!r}")
         if self.init not in ("random", "backbone"):
             raise ConfigError(f"train.init must be random or backbone, got {self.init!r}")
 
@@ -214,7 +219,8 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
         idx = idx[accelerator.process_index :: accelerator.num_processes]
         batch = data.batch(idx)
         memory.train()
-        logits = memory(batch["keys"])  # (B, V)
+        with autocast(memory, cfg.precision):  # not accelerate's mixed_precision: that is fixed per process
+            logits = memory(batch["keys"])  # (B, V)
         loss, parts = sparse_hybrid_loss(logits, batch["teacher_ids"], batch["teacher_probs"],
                                          batch["teacher_residual"], batch["targets"], cfg.alpha, cfg.loss_chunk)
         accelerator.backward(loss)
