@@ -1,0 +1,1 @@
+"""Knowledge QA and general-capability evaluation: benchmarks, metrics, generation, multiple choice, report."""

