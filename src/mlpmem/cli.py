@@ -136,6 +136,18 @@ def cmd_demo(args):
     cmd_run(args)
 
 
+def cmd_mosaics_train(args):
+    from mlpmem.mosaics.cli import cmd_mosaics_train as run
+
+    run(args)
+
+
+def cmd_mosaics_eval(args):
+    from mlpmem.mosaics.cli import cmd_mosaics_eval as run
+
+    run(args)
+
+
 def cmd_generate(args):
     from mlpmem.evaluate import load_memory
     from mlpmem.mixed import MemoryAugmentedLM
@@ -167,6 +179,8 @@ COMMANDS = {
     "generate": (cmd_generate, "continue a prompt with the memory-augmented model of a run", True),
     "ablate": (cmd_ablate, "train memory variants (--study head-init|alpha|size|epochs) on a run's teacher", True),
     "summarize": (cmd_summarize, "one table over several finished run folders", False),
+    "mosaics-train": (cmd_mosaics_train, "Memory Mosaics v2 and its matched Transformer: data, tokenizer, training", True),
+    "mosaics-eval": (cmd_mosaics_eval, "Memory Mosaics v2 vs Transformer: the three questions, table and plot", True),
     "demo": (cmd_demo, "the whole pipeline on the shipped default (--mode quick|full)", False),
 }
 
@@ -195,6 +209,10 @@ def build_parser() -> argparse.ArgumentParser:
     summ.add_argument("runs", nargs="+", help="run folders")
     summ.add_argument("--out", help="also write the table to this Markdown file")
     summ.add_argument("--copy-reports", metavar="DIR", help="copy each run's report.md and figures to DIR/<run>/")
+    from mlpmem.mosaics.cli import add_arguments as add_mosaics_arguments
+
+    for name in ("mosaics-train", "mosaics-eval"):
+        add_mosaics_arguments(sub.choices[name])
     demo = sub.choices["demo"]
     demo.add_argument("--mode", choices=("quick", "full"), default="quick")
     demo.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")

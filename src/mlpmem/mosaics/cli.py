@@ -1,0 +1,40 @@
+"""CLI stages of the Memory Mosaics experiment (registered in ``mlpmem.cli``).
+
+``mlpmem mosaics-train <config> [--model mosaics|transformer|both]``: tokenizer, data, both models trained.
+``mlpmem mosaics-eval <config>``: the three questions; writes results.json, results.md, three-questions.png.
+"""
+
+from __future__ import annotations
+
+from mlpmem.mosaics.experiment import KINDS
+
+
+def _exp(args):
+    from mlpmem.mosaics.config import MosaicsExperiment
+
+    return MosaicsExperiment.from_yaml(args.config, args.set)
+
+
+def _kinds(args):
+    return KINDS if args.model == "both" else (args.model,)
+
+
+def cmd_mosaics_train(args):
+    from mlpmem.mosaics.experiment import train_stage
+
+    for kind, state in train_stage(_exp(args), _kinds(args), progress=not args.quiet).items():
+        val = [h["val"]["ppl"] for h in state.get("history", []) if "val" in h]
+        print(f"{kind}: {state['step']} steps in {state['train_seconds']:.0f} s "
+              f"({state.get('tokens_per_s', 0):.0f} tokens/s), validation PPL {val[-1] if val else float('nan'):.2f}")
+
+
+def cmd_mosaics_eval(args):
+    from mlpmem.mosaics.experiment import eval_stage
+    from mlpmem.mosaics.report import sizes_table, three_questions_table
+
+    results = eval_stage(_exp(args), _kinds(args), progress=not args.quiet)
+    print(sizes_table(results), three_questions_table(results), sep="\n\n")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", choices=(*KINDS, "both"), default="both")

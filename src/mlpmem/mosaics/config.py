@@ -1,0 +1,189 @@
+"""Configuration of the Memory Mosaics v2 model (a transformers ``PretrainedConfig``).
+
+Symbols follow the paper (Zhang & Bottou, "Memory Mosaics at scale", NeurIPS 2025): each block has a
+short-term memory over the pairs ``i in [t-h+1, t-1]`` and a long-term memory over ``i in [1, t-m]``, with
+``m`` drawn uniformly in ``[long_gap_min, long_gap_max]`` at every training forward and ``long_gap_eval``
+at inference (the paper: h = 256, m in [64, 256], 64 at inference, with 4K training contexts).
+"""
+
+from __future__ import annotations
+
+from transformers import PretrainedConfig
+
+from mlpmem.errors import ConfigError
+
+
+class MosaicsConfig(PretrainedConfig):
+    """Memory Mosaics v2 hyper-parameters.
+
+    Args:
+        vocab_size (int, 4096): tokens of the tokenizer.
+        hidden_size (int, 128): residual width d.
+        num_hidden_layers (int, 4): blocks.
+        num_attention_heads (int, 4): heads per associative memory (short and long each have this many);
+            head width = hidden_size // num_attention_heads.
+        intermediate_size (int, 344): width of the SwiGLU persistent memory.
+        short_window (int, 256): h; the short-term memory of position t holds pairs t-h+1 .. t-1.
+        long_gap_min, long_gap_max (int, 64, 256): training range of m; long-term pairs are 1 .. t-m.
+        long_gap_eval (int, 64): m at inference.
+        rms_norm_eps (float, 1e-5): RMSNorm epsilon (pre-norm blocks and final norm).
+        hidden_act (str, "silu"): SwiGLU activation.
+        initializer_range (float, 0.02): std of the normal init of linear and embedding weights.
+        scan_chunk (int, 32): chunk length of the fast (chunked) key recurrence.
+        tie_word_embeddings (bool, True): the LM head shares the input embedding.
+    """
+
+    model_type = "memory_mosaics_v2"
+
+    def __init__(self, vocab_size: int = 4096, hidden_size: int = 128, num_hidden_layers: int = 4,
+                 num_attention_heads: int = 4, intermediate_size: int = 344, short_window: int = 256,
+                 long_gap_min: int = 64, long_gap_max: int = 256, long_gap_eval: int = 64,
+                 rms_norm_eps: float = 1e-5, hidden_act: str = "silu", initializer_range: float = 0.02,
+                 scan_chunk: int = 32, tie_word_embeddings: bool = True, **kwargs):
+        self.vocab_size, self.hidden_size = vocab_size, hidden_size
+        self.num_hidden_layers, self.num_attention_heads = num_hidden_layers, num_attention_heads
+        self.intermediate_size, self.short_window = intermediate_size, short_window
+        self.long_gap_min, self.long_gap_max, self.long_gap_eval = long_gap_min, long_gap_max, long_gap_eval
+        self.rms_norm_eps, self.hidden_act, self.initializer_range = rms_norm_eps, hidden_act, initializer_range
+        self.scan_chunk = scan_chunk
+        self.mlp_bias = False  # read by transformers' LlamaMLP, reused as the persistent memory
+        self.validate()
+        super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    def validate(self) -> None:
+        if min(self.vocab_size, self.hidden_size, self.num_hidden_layers, self.num_attention_heads,
+               self.intermediate_size, self.scan_chunk) < 1:
+            raise ConfigError("mosaics sizes (vocab, hidden, layers, heads, intermediate, scan_chunk) must be >= 1")
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(f"hidden_size {self.hidden_size} is not divisible by {self.num_attention_heads} heads")
+        if self.short_window < 2:
+            raise ConfigError(f"short_window h must be >= 2 (it holds h-1 pairs), got {self.short_window}")
+        if not 1 <= self.long_gap_min <= self.long_gap_max or self.long_gap_eval < 1:
+            raise ConfigError("long gaps need 1 <= long_gap_min <= long_gap_max and long_gap_eval >= 1, got "
+                              f"{self.long_gap_min}/{self.long_gap_max}/{self.long_gap_eval}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The experiment: both models, their shared data, training recipe and evaluation (YAML presets)
+
+import dataclasses  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+
+@dataclass
+class ModelSection:
+    """Widths shared by both models (the Transformer's SwiGLU width is matched in parameters)."""
+
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    intermediate_size: int = 344
+    short_window: int = 256
+    long_gap_min: int = 64
+    long_gap_max: int = 256
+    long_gap_eval: int = 64
+
+    def mosaics_config(self, vocab_size: int) -> MosaicsConfig:
+        return MosaicsConfig(vocab_size=vocab_size, hidden_size=self.hidden_size, num_hidden_layers=self.num_layers,
+                             num_attention_heads=self.num_heads, intermediate_size=self.intermediate_size,
+                             short_window=self.short_window, long_gap_min=self.long_gap_min,
+                             long_gap_max=self.long_gap_max, long_gap_eval=self.long_gap_eval)
+
+    def __post_init__(self):
+        self.mosaics_config(2)  # validates
+
+
+@dataclass
+class TrainSection:
+    """The recipe both models share: AdamW, linear warmup, cosine decay, clipping, seeded windows."""
+
+    seq_len: int = 256
+    batch_size: int = 16
+    steps: int = 1000
+    lr: float = 3e-3
+    weight_decay: float = 0.1
+    warmup_fraction: float = 0.05
+    min_lr_fraction: float = 0.1
+    grad_clip: float = 1.0
+    checkpoint_every: int = 100
+    eval_every: int = 250
+    """Steps between validation-loss measurements (and at the end)."""
+    eval_windows: int = 16
+    threads: int = 2
+
+    def __post_init__(self):
+        if min(self.seq_len, self.batch_size, self.steps, self.checkpoint_every, self.eval_every,
+               self.eval_windows, self.threads) < 1:
+            raise ConfigError("mosaics train sizes, steps, intervals and threads must be >= 1")
+        if not self.lr > 0 or self.grad_clip <= 0 or not 0 <= self.warmup_fraction < 1:
+            raise ConfigError("mosaics train lr and grad_clip must be > 0 and warmup_fraction in [0, 1)")
+        if not 0 <= self.min_lr_fraction <= 1 or self.weight_decay < 0:
+            raise ConfigError("mosaics train min_lr_fraction must be in [0, 1] and weight_decay >= 0")
+
+
+@dataclass
+class EvalSection:
+    """The three questions."""
+
+    ppl_windows: int = 64
+    """Test windows (of the training length) for held-out perplexity; 0 = all."""
+    cloze_items: int = 200
+    cloze_choices: int = 4
+    nk_documents: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
+    """Documents in the context (1 relevant + distractors) for the new-knowledge question."""
+    nk_trials: int = 40
+    icl_shots: list[int] = field(default_factory=lambda: [0, 1, 2, 4, 8])
+    """Demonstrations per class for in-context learning."""
+    icl_trials: int = 40
+    icl_classes: int = 4
+    batch_size: int = 8
+
+    def __post_init__(self):
+        if min(self.cloze_choices, self.nk_trials, self.icl_trials, self.batch_size) < 1 or self.ppl_windows < 0:
+            raise ConfigError("mosaics eval counts must be >= 1 (ppl_windows >= 0)")
+        if self.cloze_choices < 2 or self.icl_classes < 2:
+            raise ConfigError("mosaics eval needs >= 2 cloze choices and >= 2 ICL classes")
+        if not self.nk_documents or min(self.nk_documents) < 1 or not self.icl_shots or min(self.icl_shots) < 0:
+            raise ConfigError("mosaics eval nk_documents must be >= 1 and icl_shots >= 0")
+
+
+@dataclass
+class MosaicsExperiment:
+    out_dir: str = "runs/mosaics-small"
+    corpus: str = "wikipedia-by-article"
+    tokenizer: str = "bpe"
+    """``bpe`` (trained on the training split) or ``smollm2`` (the shipped tokenizer)."""
+    vocab_size: int = 4096
+    """BPE vocabulary (ignored for smollm2)."""
+    seed: int = 0
+    model: ModelSection = field(default_factory=ModelSection)
+    train: TrainSection = field(default_factory=TrainSection)
+    eval: EvalSection = field(default_factory=EvalSection)
+
+    def __post_init__(self):
+        if self.tokenizer not in ("bpe", "smollm2"):
+            raise ConfigError(f"mosaics tokenizer must be bpe or smollm2, got {self.tokenizer!r}")
+        if self.vocab_size < 300:
+            raise ConfigError(f"mosaics vocab_size must be >= 300 (bytes + merges), got {self.vocab_size}")
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, overrides: list[str] | None = None) -> "MosaicsExperiment":
+        import yaml
+
+        from mlpmem.config import apply_override, from_dict
+
+        try:
+            raw = yaml.safe_load(Path(path).read_text()) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} not found") from None
+        for item in overrides or []:
+            apply_override(raw, item)
+        return from_dict(cls, raw)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)

@@ -1,0 +1,89 @@
+"""The three-questions table (Markdown) and plot of a finished experiment (from ``results.json`` only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+KIND_NAMES = {"mosaics": "Memory Mosaics v2", "transformer": "Transformer"}
+
+
+def _fmt(x: float, digits: int = 1) -> str:
+    return f"{x:.{digits}f}"
+
+
+def sizes_table(results: dict) -> str:
+    rows = ["| model | parameters | SwiGLU width | forward FLOPs/token (matmul + context) | train tokens/s | train s |",
+            "|---|---:|---:|---:|---:|---:|"]
+    for kind, s in results["sizes"].items():
+        if kind not in KIND_NAMES:
+            continue
+        f = s["flops_per_token"]
+        train = results["models"].get(kind, {}).get("train", {})
+        rows.append(f"| {KIND_NAMES[kind]} | {s['parameters']:,} | {s['intermediate_size']} | "
+                    f"{f['total'] / 1e6:.2f} M ({f['matmul'] / 1e6:.2f} + {f['context'] / 1e6:.2f}) | "
+                    f"{train.get('tokens_per_s', float('nan')):.0f} | {train.get('train_seconds', float('nan')):.0f} |")
+    return "\n".join(rows)
+
+
+def three_questions_table(results: dict) -> str:
+    models = results["models"]
+    kinds = [k for k in KIND_NAMES if k in models]
+    head = "| question | measure | " + " | ".join(KIND_NAMES[k] for k in kinds) + " |"
+    rows = [head, "|---|---|" + "---:|" * len(kinds)]
+
+    def row(q, what, values):
+        rows.append(f"| {q} | {what} | " + " | ".join(values) + " |")
+
+    row("persistent", "test perplexity (lower is better)", [_fmt(models[k]["test"]["ppl"], 2) for k in kinds])
+    choices = results["config"]["eval"]["cloze_choices"]
+    row("persistent", f"cloze facts, accuracy % ({choices} choices)", [_fmt(models[k]["cloze"]) for k in kinds])
+    for i, nk in enumerate(models[kinds[0]]["new_knowledge"]):
+        row("new knowledge", f"{nk['documents']} documents (~{nk['tokens']:.0f} tokens), accuracy %",
+            [_fmt(models[k]["new_knowledge"][i]["accuracy"]) for k in kinds])
+    for i, icl in enumerate(models[kinds[0]]["icl"]):
+        row("in-context learning", f"{icl['labels']} labels, {icl['query']} query, {icl['shots']} shots/class, "
+            "accuracy %", [_fmt(models[k]["icl"][i]["accuracy"]) for k in kinds])
+    return "\n".join(rows)
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = results["models"]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    train_len = results["config"]["train"]["seq_len"]
+    for kind, res in models.items():
+        color = "tab:blue" if kind == "mosaics" else "tab:red"
+        nk = res["new_knowledge"]
+        axes[0].plot([r["tokens"] for r in nk], [r["accuracy"] for r in nk], "o-", color=color, label=KIND_NAMES[kind])
+        for ax, query in ((axes[1], "unseen"), (axes[2], "seen")):
+            for labels, style in (("semantic", "o-"), ("anonymous", "s--")):
+                pts = [r for r in res["icl"] if r["labels"] == labels and r["query"] == query]
+                ax.plot([r["shots"] for r in pts], [r["accuracy"] for r in pts], style, color=color,
+                        label=f"{KIND_NAMES[kind]}, {labels}")
+    chance_nk = 100 / results["config"]["eval"]["cloze_choices"]
+    chance_icl = 100 / results["config"]["eval"]["icl_classes"]
+    axes[0].axvline(train_len, color="grey", ls=":", label="training length")
+    axes[0].axhline(chance_nk, color="black", lw=0.5, label="chance")
+    axes[0].set(xscale="log", xlabel="context tokens (documents in context)", ylabel="accuracy %",
+                title="New knowledge: question after n documents")
+    for ax, query in ((axes[1], "unseen"), (axes[2], "seen")):
+        ax.axhline(chance_icl, color="black", lw=0.5)
+        ax.set(xlabel="demonstrations per class", ylabel="accuracy %", title=f"ICL, {query} query word")
+    for ax in axes:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_report(results: dict, out_dir: Path) -> str:
+    text = (f"# Memory Mosaics v2 vs Transformer: three questions (`{out_dir}`)\n\n"
+            f"## Sizes\n\n{sizes_table(results)}\n\n## Three questions\n\n{three_questions_table(results)}\n\n"
+            "![three questions](three-questions.png)\n")
+    (Path(out_dir) / "results.md").write_text(text)
+    plot(results, Path(out_dir) / "three-questions.png")
+    return text

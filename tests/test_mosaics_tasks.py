@@ -1,0 +1,88 @@
+"""Presets, the three-question item builders, scoring and the report of the Memory Mosaics experiment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mlpmem.errors import ConfigError
+from mlpmem.mosaics import tasks
+from mlpmem.mosaics.config import EvalSection, ModelSection, MosaicsExperiment, TrainSection
+
+CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("mosaics-*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_presets_load(path):
+    exp = MosaicsExperiment.from_yaml(path)
+    assert exp.model.mosaics_config(exp.vocab_size).short_window >= 2
+
+
+def test_bad_values_are_one_line_config_errors(tmp_path):
+    for make in (lambda: ModelSection(hidden_size=10, num_heads=4), lambda: ModelSection(long_gap_min=9, long_gap_max=8),
+                 lambda: TrainSection(lr=0), lambda: EvalSection(cloze_choices=1), lambda: MosaicsExperiment(tokenizer="x")):
+        with pytest.raises(ConfigError):
+            make()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: {hidden_sise: 3}\n")
+    with pytest.raises(ConfigError, match="hidden_sise"):
+        MosaicsExperiment.from_yaml(bad)
+    exp = MosaicsExperiment.from_yaml(CONFIGS[0], ["train.steps=7"])
+    assert exp.train.steps == 7
+
+
+def test_new_knowledge_items_bind_the_answer_to_one_document():
+    items = tasks.new_knowledge_items(n_docs=6, trials=20, choices=4, seed=0)
+    assert len(items) == 20
+    for it in items:
+        answer = it["choices"][it["label"]]
+        docs, probe = it["context"].rsplit("\n\n", 1)
+        assert answer in docs and len(docs.split("\n\n")) == 6
+        assert sum(c in docs for c in it["choices"]) >= 2  # distractors come from the other documents first
+        assert len(set(it["choices"])) == 4
+    assert tasks.new_knowledge_items(6, 20, 4, seed=0) == items  # seeded
+
+
+@pytest.mark.parametrize("labels", ["semantic", "anonymous"])
+def test_icl_items(labels):
+    cfg = EvalSection(icl_trials=10, icl_classes=3)
+    for query in ("seen", "unseen"):
+        for it in tasks.icl_items(2, labels, query, cfg):
+            lines = it["context"].split("\n")
+            assert len(lines) == 3 * 2 + 1
+            word = lines[-1].removesuffix(" ->")
+            demo = dict(line.split(" -> ") for line in lines[:-1])
+            assert (word in demo) == (query == "seen")
+            if query == "seen":
+                assert demo[word] == it["choices"][it["label"]]
+            if labels == "anonymous":
+                assert all(c.startswith("class_") for c in it["choices"])
+
+
+def test_accuracy_picks_the_highest_scoring_choice():
+    items = [{"context": "a", "choices": ["x", "yy"], "label": 1}, {"context": "b", "choices": ["x", "yy"], "label": 1}]
+
+    def scorer(pairs):  # longer continuation scores higher
+        return [len(c) for _, c in pairs]
+
+    assert tasks.accuracy(scorer, items) == 100.0
+    assert tasks.accuracy(lambda pairs: [-len(c) for _, c in pairs], items) == 0.0
+
+
+def test_report_writes_table_and_plot(tmp_path):
+    from mlpmem.mosaics.report import three_questions_table, write_report
+
+    def fake(acc):
+        return {"test": {"ppl": 50.0}, "cloze": acc, "train": {"tokens_per_s": 10.0, "train_seconds": 5.0},
+                "new_knowledge": [{"documents": n, "tokens": 40.0 * n, "accuracy": acc} for n in (1, 4)],
+                "icl": [{"labels": lab, "query": q, "shots": s, "accuracy": acc}
+                        for lab in ("semantic", "anonymous") for q in ("unseen", "seen") for s in (1, 2)]}
+
+    size = {"parameters": 10, "intermediate_size": 4, "flops_per_token": {"total": 3.0, "matmul": 2.0, "context": 1.0}}
+    results = {"config": MosaicsExperiment().to_dict(), "sizes": {"mosaics": size, "transformer": size},
+               "models": {"mosaics": fake(60.0), "transformer": fake(30.0)}}
+    table = three_questions_table(results)
+    assert "| new knowledge | 4 documents (~160 tokens), accuracy % | 60.0 | 30.0 |" in table
+    write_report(results, tmp_path)
+    assert (tmp_path / "three-questions.png").stat().st_size > 0 and "Sizes" in (tmp_path / "results.md").read_text()
