@@ -166,6 +166,30 @@ def cmd_generate(args):
     print(tokenizer.decode(out[0], skip_special_tokens=True))
 
 
+def cmd_bench_infer(args):
+    from mlpmem.bench.cli import bench_infer
+
+    bench_infer(args)
+
+
+def cmd_bench_offline(args):
+    from mlpmem.bench.cli import bench_offline
+
+    bench_offline(args)
+
+
+def cmd_eval_qa(args):
+    from mlpmem.qa.cli import cmd_eval_qa as run
+
+    run(args)
+
+
+def cmd_qa_report(args):
+    from mlpmem.qa.cli import cmd_qa_report as run
+
+    run(args)
+
+
 COMMANDS = {
     "corpora": (cmd_corpora, "list the shipped corpora", False),
     "prepare-corpus": (cmd_prepare_corpus, "prepare a shipped corpus into train/validation/test JSONL", False),
@@ -177,11 +201,17 @@ COMMANDS = {
     "report": (cmd_report, "rewrite a run's report.md and figures from its results.json (no recomputation)", True),
     "run": (cmd_run, "run every stage of a config and print the results table", True),
     "generate": (cmd_generate, "continue a prompt with the memory-augmented model of a run", True),
-    "ablate": (cmd_ablate, "train memory variants (--study head-init|alpha|size|epochs) on a run's teacher", True),
+    "ablate": (cmd_ablate, "memory variants (--study head-init|alpha|size|epochs|layer|teacher), validation PPL", True),
     "summarize": (cmd_summarize, "one table over several finished run folders", False),
     "mosaics-train": (cmd_mosaics_train, "Memory Mosaics v2 and its matched Transformer: data, tokenizer, training", True),
     "mosaics-eval": (cmd_mosaics_eval, "Memory Mosaics v2 vs Transformer: the three questions, table and plot", True),
     "demo": (cmd_demo, "the whole pipeline on the shipped default (--mode quick|full)", False),
+    "eval-qa": (cmd_eval_qa, "EM/F1 of one method (base, rag-*, knnlm, cpt, lora, memory) on a JSONL of questions",
+                False),
+    "qa-report": (cmd_qa_report, "the whole QA comparison, no-regression checks, ablations and report", True),
+    "bench-infer": (cmd_bench_infer, "time to first token and decode speed: backbone, memory, kNN-LM, RAG", False),
+    "bench-offline": (cmd_bench_offline, "speed of key extraction, teacher and training on a capped corpus slice",
+                      False),
 }
 
 
@@ -202,9 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--lam", type=float, default=None, help="memory weight (default: the λ chosen on validation)")
     gen.add_argument("--max-new-tokens", type=int, default=40)
     gen.add_argument("--sample", action="store_true", help="nucleus sampling instead of greedy decoding")
-    from mlpmem.ablation import STUDIES
+    from mlpmem.ablation import ALL_STUDIES
 
-    sub.choices["ablate"].add_argument("--study", required=True, choices=sorted(STUDIES))
+    sub.choices["ablate"].add_argument("--study", required=True, choices=ALL_STUDIES)
     summ = sub.choices["summarize"]
     summ.add_argument("runs", nargs="+", help="run folders")
     summ.add_argument("--out", help="also write the table to this Markdown file")
@@ -221,6 +251,12 @@ def build_parser() -> argparse.ArgumentParser:
     prep = sub.choices["prepare-corpus"]
     prep.add_argument("name")
     prep.add_argument("--seed", type=int, default=0)
+    from mlpmem.qa.cli import add_arguments as add_qa_arguments
+
+    add_qa_arguments(sub.choices)
+    from mlpmem.bench.cli import add_arguments as add_bench_arguments
+
+    add_bench_arguments(sub.choices)
     return parser
 
 

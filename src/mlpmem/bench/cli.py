@@ -1,0 +1,61 @@
+"""Arguments and entry points of ``mlpmem bench-infer`` and ``mlpmem bench-offline`` (registered in mlpmem.cli)."""
+
+from __future__ import annotations
+
+import argparse
+
+DEFAULT_CONFIG = "configs/default.yaml"
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def add_arguments(choices: dict) -> None:
+    """Add the benchmark options to the ``bench-infer`` and ``bench-offline`` sub-parsers.
+
+    Options left out keep the defaults of ``InferBenchConfig`` / ``OfflineBenchConfig`` (not imported here,
+    so that ``mlpmem --help`` stays fast).
+    """
+    for name in ("bench-infer", "bench-offline"):
+        p = choices[name]
+        p.add_argument("config", nargs="?", default=DEFAULT_CONFIG,
+                       help=f"YAML config of the finished run to measure (default {DEFAULT_CONFIG})")
+        p.add_argument("--threads", type=int, help="torch/FAISS threads (default: all cores)")
+        p.add_argument("--repeats", type=int, help="timed repetitions (after the warm-up)")
+        p.add_argument("--out", dest="out_dir", help="output folder (default runs/bench/infer or runs/bench/offline)")
+        p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p = choices["bench-infer"]
+    p.add_argument("--prompt-tokens", type=int, help="prompt length (default 256)")
+    p.add_argument("--new-tokens", type=int, help="generated tokens per repetition (default 32)")
+    p.add_argument("--batch-sizes", type=_ints, help="comma-separated (default 1,4)")
+    p.add_argument("--warmup", type=int, help="discarded warm-up repetitions (default 1)")
+    p.add_argument("--methods", type=lambda t: t.split(","), help="subset of backbone,memory,knnlm,rag")
+    p.add_argument("--no-ladder", dest="ladder", action="store_false", default=None,
+                   help="skip the memory timed without each optimization")
+    p.add_argument("--knn-min-keys", type=int, help="keys in the kNN-LM index (default 1,000,000)")
+    p = choices["bench-offline"]
+    p.add_argument("--train-tokens", type=int, help="cap of the training split (default 24,000)")
+    p.add_argument("--train-steps", type=int, help="timed training steps (default 30)")
+
+
+def _given(args: argparse.Namespace, names: tuple[str, ...]) -> dict:
+    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+
+
+def bench_infer(args: argparse.Namespace) -> None:
+    from mlpmem.bench.infer import InferBenchConfig, main
+    from mlpmem.bench.knn_setup import KnnSetupConfig
+
+    values = _given(args, ("threads", "repeats", "out_dir", "prompt_tokens", "new_tokens", "batch_sizes", "warmup",
+                           "methods", "ladder"))
+    if args.knn_min_keys is not None:
+        values["knn"] = KnnSetupConfig(min_keys=args.knn_min_keys)
+    main(args.config, InferBenchConfig(**values), progress=not args.quiet)
+
+
+def bench_offline(args: argparse.Namespace) -> None:
+    from mlpmem.bench.offline import OfflineBenchConfig, main
+
+    values = _given(args, ("threads", "repeats", "out_dir", "train_tokens", "train_steps"))
+    main(args.config, OfflineBenchConfig(**values), progress=not args.quiet)

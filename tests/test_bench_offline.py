@@ -1,0 +1,57 @@
+"""bench-offline on a tiny config: every stage timed in its own folder, FLOPs counted, peak and ratios reported."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from conftest import corpus_text
+from mlpmem.bench.offline import OfflineBenchConfig, main
+from mlpmem.cli import main as cli_main
+from mlpmem.errors import ConfigError
+
+
+@pytest.fixture()
+def tiny_config(tmp_path, tiny_backbone_dir):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i, text in enumerate(corpus_text(12)):
+        (corpus / f"doc{i}.txt").write_text(text)
+    raw = yaml.safe_load(open("configs/tiny.yaml"))
+    raw.update(run_dir=str(tmp_path / "run"), backbone={**raw["backbone"], "name": str(tiny_backbone_dir)},
+               corpus={**raw["corpus"], "path": str(corpus)}, train={**raw["train"], "batch_size": 16})
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_bench_offline_end_to_end(tiny_config, tmp_path):
+    out = tmp_path / "bench"
+    cfg = OfflineBenchConfig(train_tokens=400, eval_tokens=100, forward_windows=3, train_steps=3, repeats=2,
+                             warmup=1, peak_size=64, threads=1, out_dir=str(out))
+    r = main(str(tiny_config), cfg, progress=False)
+    assert set(r["forward_vs_keys"]["tokens_per_s"]) == {"plain forward fp32",
+                                                         "key pass fp32 (layer -1, ffn_input)"}
+    timings = r["stages"]["timings"]
+    assert timings["keys_train"]["tokens"] <= 400 and timings["teacher"]["tokens"] == timings["keys_train"]["tokens"]
+    assert r["stages"]["train"]["steps"] == 3 and r["stages"]["train"]["flops_per_token"] > 0
+    # FlopCounterMode counts at least the head's forward matmul (2 * d * V per token) and less than 10x everything
+    assert 2 * 32 * 160 <= r["stages"]["train"]["flops_per_token"]
+    assert r["stages"]["teacher"]["bytes_per_token"] == 6 * 4 + 4  # top_k = 4 in configs/tiny.yaml
+    assert 0 < r["train_fraction_of_peak"] and r["teacher_over_keys"] > 0
+    assert json.loads((out / "bench-results.json").read_text())["threads"] == 1
+    assert "Teacher / key-extraction time" in (out / "bench-report.md").read_text()
+    assert not (tmp_path / "run").exists()  # the configured run folder is never touched
+
+
+def test_bench_offline_refuses_the_run_folder(tiny_config, tmp_path):
+    with pytest.raises(ConfigError, match="out_dir"):
+        main(str(tiny_config), OfflineBenchConfig(out_dir=str(tmp_path / "run")), progress=False)
+
+
+def test_cli_bench_offline_options(tiny_config, tmp_path, capsys):
+    code = cli_main(["bench-offline", str(tiny_config), "--quiet", "--threads", "1", "--train-tokens", "300",
+                     "--train-steps", "2", "--repeats", "1", "--out", str(tmp_path / "b")])
+    assert code == 0 and "Pipeline stages on the slice" in capsys.readouterr().out
