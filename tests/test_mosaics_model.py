@@ -178,3 +178,24 @@ def test_a_tiny_model_recalls_a_pair_planted_earlier_in_context():
     with torch.no_grad():
         accuracy = (model(x, logits_to_keep=1).logits[:, -1].argmax(-1) == y).float().mean().item()
     assert accuracy > 0.8  # chance is 1/22
+
+
+def test_a_saved_model_loads_as_a_backbone_by_path(tiny_tokenizer, tmp_path):
+    from mlpmem.backbone import fingerprint, load_backbone
+
+    model = MosaicsForCausalLM(tiny_config(vocab_size=len(tiny_tokenizer)))
+    model.save_pretrained(tmp_path)
+    tiny_tokenizer.save_pretrained(tmp_path)
+    loaded, tokenizer = load_backbone(str(tmp_path))
+    assert isinstance(loaded, MosaicsForCausalLM) and not loaded.training
+    assert fingerprint(loaded, tokenizer)["num_layers"] == 2
+
+
+def test_memory_on_top_config_points_at_the_trained_models(tmp_path):
+    from mlpmem.mosaics.config import MosaicsExperiment
+    from mlpmem.mosaics.memory_on_top import pipeline_config
+
+    exp = MosaicsExperiment(out_dir=str(tmp_path))
+    cfg = pipeline_config(exp, "mosaics")
+    assert cfg.backbone.name == str(tmp_path / "mosaics" / "model") and cfg.corpus.block_size == exp.train.seq_len
+    assert cfg.run_dir == str(tmp_path / "memory-mosaics")

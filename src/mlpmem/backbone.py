@@ -96,6 +96,8 @@ def load_backbone(name: str = DEFAULT_BACKBONE, dtype: torch.dtype = torch.float
     """Load ``(model, tokenizer)`` from a shipped name, a hub name or a local folder; model in eval mode."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    import mlpmem.mosaics  # noqa: F401 - registers Memory Mosaics v2 with the Auto classes
+
     path = ensure_shipped(name) if name in SHIPPED_MODELS else name
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)

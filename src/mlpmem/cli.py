@@ -148,6 +148,12 @@ def cmd_mosaics_eval(args):
     run(args)
 
 
+def cmd_mosaics_memory(args):
+    from mlpmem.mosaics.cli import cmd_mosaics_memory as run
+
+    run(args)
+
+
 def cmd_generate(args):
     from mlpmem.evaluate import load_memory
     from mlpmem.mixed import MemoryAugmentedLM
@@ -205,6 +211,7 @@ COMMANDS = {
     "summarize": (cmd_summarize, "one table over several finished run folders", False),
     "mosaics-train": (cmd_mosaics_train, "Memory Mosaics v2 and its matched Transformer: data, tokenizer, training", True),
     "mosaics-eval": (cmd_mosaics_eval, "Memory Mosaics v2 vs Transformer: the three questions, table and plot", True),
+    "mosaics-memory": (cmd_mosaics_memory, "an MLP Memory on top of each trained Mosaics/Transformer model", True),
     "demo": (cmd_demo, "the whole pipeline on the shipped default (--mode quick|full)", False),
     "eval-qa": (cmd_eval_qa, "EM/F1 of one method (base, rag-*, knnlm, cpt, lora, memory) on a JSONL of questions",
                 False),
@@ -241,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     summ.add_argument("--copy-reports", metavar="DIR", help="copy each run's report.md and figures to DIR/<run>/")
     from mlpmem.mosaics.cli import add_arguments as add_mosaics_arguments
 
-    for name in ("mosaics-train", "mosaics-eval"):
+    for name in ("mosaics-train", "mosaics-eval", "mosaics-memory"):
         add_mosaics_arguments(sub.choices[name])
     demo = sub.choices["demo"]
     demo.add_argument("--mode", choices=("quick", "full"), default="quick")

@@ -3,4 +3,10 @@
 from mlpmem.mosaics.config import MosaicsConfig
 from mlpmem.mosaics.model import MosaicsForCausalLM, MosaicsModel
 
+# Loadable by path with the Auto classes (``mlpmem.backbone.load_backbone``), like any causal LM.
+from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
+
+AutoConfig.register(MosaicsConfig.model_type, MosaicsConfig, exist_ok=True)
+AutoModelForCausalLM.register(MosaicsConfig, MosaicsForCausalLM, exist_ok=True)
+
 __all__ = ["MosaicsConfig", "MosaicsForCausalLM", "MosaicsModel"]

@@ -2,6 +2,7 @@
 
 ``mlpmem mosaics-train <config> [--model mosaics|transformer|both]``: tokenizer, data, both models trained.
 ``mlpmem mosaics-eval <config>``: the three questions; writes results.json, results.md, three-questions.png.
+``mlpmem mosaics-memory <config>``: an MLP Memory (the project's pipeline) on top of each trained model.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def _kinds(args):
 def cmd_mosaics_train(args):
     from mlpmem.mosaics.experiment import train_stage
 
-    for kind, state in train_stage(_exp(args), _kinds(args), progress=not args.quiet).items():
+    for kind, state in train_stage(_exp(args), _kinds(args), not args.quiet, args.rebuild).items():
         val = [h["val"]["ppl"] for h in state.get("history", []) if "val" in h]
         print(f"{kind}: {state['step']} steps in {state['train_seconds']:.0f} s "
               f"({state.get('tokens_per_s', 0):.0f} tokens/s), validation PPL {val[-1] if val else float('nan'):.2f}")
@@ -34,6 +35,12 @@ def cmd_mosaics_eval(args):
 
     results = eval_stage(_exp(args), _kinds(args), progress=not args.quiet)
     print(sizes_table(results), three_questions_table(results), sep="\n\n")
+
+
+def cmd_mosaics_memory(args):
+    from mlpmem.mosaics.memory_on_top import memory_stage, memory_table
+
+    print(memory_table(memory_stage(_exp(args), _kinds(args), not args.quiet, args.rebuild)))
 
 
 def add_arguments(parser) -> None:

@@ -34,8 +34,11 @@ def sizes(models: dict, seq_len: int) -> dict:
                    "intermediate_size": m.config.intermediate_size} for kind, m in models.items()}
 
 
-def train_stage(exp: MosaicsExperiment, kinds=KINDS, progress: bool = True) -> dict:
-    """Train the requested models (a finished one is skipped; an interrupted one resumes)."""
+def train_stage(exp: MosaicsExperiment, kinds=KINDS, progress: bool = True, rebuild: bool = False) -> dict:
+    """Train the requested models (a finished one is skipped, an interrupted one resumes; ``rebuild``
+    starts them from scratch)."""
+    import shutil
+
     from mlpmem.mosaics.trainer import train_model
 
     tokenizer, streams = prepare_streams(exp, progress)
@@ -46,11 +49,25 @@ def train_stage(exp: MosaicsExperiment, kinds=KINDS, progress: bool = True) -> d
     states = {}
     for kind in kinds:
         folder = out / kind
+        if rebuild:
+            shutil.rmtree(folder, ignore_errors=True)
         if (folder / "model" / "config.json").is_file():
             states[kind] = read_json(folder / "train_state.json", f"{kind} training state")
             continue
         states[kind] = train_model(models[kind], streams, exp.train, folder, exp.seed, kind, progress)
+    save_tokenizer_with_models(exp, kinds)
     return states
+
+
+def save_tokenizer_with_models(exp: MosaicsExperiment, kinds=KINDS) -> None:
+    """Copy the tokenizer into every trained model folder (so that each loads as a backbone by path)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(Path(exp.out_dir) / "tokenizer")
+    for kind in kinds:
+        folder = Path(exp.out_dir) / kind / "model"
+        if (folder / "config.json").is_file() and not (folder / "tokenizer_config.json").is_file():
+            tokenizer.save_pretrained(folder)
 
 
 def load_trained(exp: MosaicsExperiment, kind: str):
