@@ -146,37 +146,11 @@ def test_training_resumes_exactly(tmp_path):
         assert torch.allclose(value, again.state_dict()[key], atol=1e-6), key
 
 
-def _recall_batch(rng: np.random.Generator, batch: int, length: int, vocab: int):
-    """Random tokens from [2, vocab), a pair (key, value) planted at a random place, the key again at the end."""
-    x = rng.integers(2, vocab, size=(batch, length))
-    keys = rng.integers(2, vocab, size=batch)
-    for b in range(batch):
-        x[b][x[b] == keys[b]] = 1  # the key occurs only where planted
-        p = rng.integers(0, length - 3)
-        x[b, p] = keys[b]
-        x[b, -1] = keys[b]
-    values = x[np.arange(batch), (x[:, :-1] == keys[:, None]).argmax(1) + 1]
-    return torch.from_numpy(x), torch.from_numpy(values)
-
-
 def test_a_tiny_model_recalls_a_pair_planted_earlier_in_context():
+    from mlpmem.mosaics.recall import recall_config, train_recall
+
     torch.manual_seed(0)
-    rng = np.random.default_rng(0)
-    vocab, length = 24, 20
-    cfg = tiny_config(vocab_size=vocab, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                      intermediate_size=32, short_window=32, long_gap_min=4, long_gap_max=8, long_gap_eval=4)
-    model = MosaicsForCausalLM(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    for _ in range(150):
-        x, y = _recall_batch(rng, 32, length, vocab)
-        loss = torch.nn.functional.cross_entropy(model(x, logits_to_keep=1).logits[:, -1], y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-    model.eval()
-    x, y = _recall_batch(np.random.default_rng(1), 200, length, vocab)
-    with torch.no_grad():
-        accuracy = (model(x, logits_to_keep=1).logits[:, -1].argmax(-1) == y).float().mean().item()
+    accuracy = train_recall(MosaicsForCausalLM(recall_config(layers=1)), steps=150)
     assert accuracy > 0.8  # chance is 1/22
 
 

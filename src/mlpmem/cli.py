@@ -154,6 +154,12 @@ def cmd_mosaics_memory(args):
     run(args)
 
 
+def cmd_mosaics_recall(args):
+    from mlpmem.mosaics.cli import cmd_mosaics_recall as run
+
+    run(args)
+
+
 def cmd_generate(args):
     from mlpmem.evaluate import load_memory
     from mlpmem.mixed import MemoryAugmentedLM
@@ -212,6 +218,7 @@ COMMANDS = {
     "mosaics-train": (cmd_mosaics_train, "Memory Mosaics v2 and its matched Transformer: data, tokenizer, training", True),
     "mosaics-eval": (cmd_mosaics_eval, "Memory Mosaics v2 vs Transformer: the three questions, table and plot", True),
     "mosaics-memory": (cmd_mosaics_memory, "an MLP Memory on top of each trained Mosaics/Transformer model", True),
+    "mosaics-recall": (cmd_mosaics_recall, "planted key-value recall: tiny Memory Mosaics vs Transformers", False),
     "demo": (cmd_demo, "the whole pipeline on the shipped default (--mode quick|full)", False),
     "eval-qa": (cmd_eval_qa, "EM/F1 of one method (base, rag-*, knnlm, cpt, lora, memory) on a JSONL of questions",
                 False),
@@ -250,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name in ("mosaics-train", "mosaics-eval", "mosaics-memory"):
         add_mosaics_arguments(sub.choices[name])
+    sub.choices["mosaics-recall"].add_argument("--steps", type=int, default=150)
     demo = sub.choices["demo"]
     demo.add_argument("--mode", choices=("quick", "full"), default="quick")
     demo.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")

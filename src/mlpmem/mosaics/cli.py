@@ -3,6 +3,7 @@
 ``mlpmem mosaics-train <config> [--model mosaics|transformer|both]``: tokenizer, data, both models trained.
 ``mlpmem mosaics-eval <config>``: the three questions; writes results.json, results.md, three-questions.png.
 ``mlpmem mosaics-memory <config>``: an MLP Memory (the project's pipeline) on top of each trained model.
+``mlpmem mosaics-recall [--steps 150]``: planted-pair recall of tiny models of both kinds (seconds).
 """
 
 from __future__ import annotations
@@ -41,6 +42,21 @@ def cmd_mosaics_memory(args):
     from mlpmem.mosaics.memory_on_top import memory_stage, memory_table
 
     print(memory_table(memory_stage(_exp(args), _kinds(args), not args.quiet, args.rebuild)))
+
+
+def cmd_mosaics_recall(args):
+    from mlpmem.mosaics.recall import compare
+
+    torch_threads(1)
+    print("| model | layers | parameters | planted-pair recall, accuracy % (chance 4.5) |\n|---|---:|---:|---:|")
+    for row in compare(steps=args.steps):
+        print(f"| {row['kind']} | {row['layers']} | {row['parameters']:,} | {row['accuracy']:.1f} |")
+
+
+def torch_threads(n: int) -> None:
+    import torch
+
+    torch.set_num_threads(n)
 
 
 def add_arguments(parser) -> None:
