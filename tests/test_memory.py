@@ -215,3 +215,22 @@ def test_learns_a_repetitive_sequence_better_than_the_backbone():
     with torch.no_grad():
         mem_ppl = F.cross_entropy(memory(keys), targets).exp().item()
     assert mem_ppl < 2.0 and mem_ppl < lm_ppl / 10, (mem_ppl, lm_ppl)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_cast_weights_to_bf16_keeps_a_tied_head_and_stays_close(tied):
+    backbone = tiny_backbone("llama")
+    memory = memory_for(backbone, tie_head=tied)
+    if tied:
+        tie_to_backbone(memory, backbone)
+    keys = torch.randn(5, 32)
+    with torch.no_grad():
+        expected = torch.log_softmax(memory(keys), -1)
+        memory.cast_weights(torch.bfloat16)
+        got = torch.log_softmax(memory(keys).float(), -1)
+    assert memory.blocks[0].mlp.up_proj.weight.dtype == torch.bfloat16
+    assert memory.head.weight.dtype == (torch.float32 if tied else torch.bfloat16)
+    if tied:
+        assert memory.head.weight is backbone.get_output_embeddings().weight
+    assert backbone.get_output_embeddings().weight.dtype == torch.float32  # the backbone is never cast
+    torch.testing.assert_close(got, expected, rtol=0, atol=0.05)  # bf16 keeps ~3 significant digits

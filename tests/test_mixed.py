@@ -306,3 +306,16 @@ def test_optimized_decode_equals_plain_path(family, batched, sample):
         torch.testing.assert_close(steps[row], reference, rtol=0, atol=1e-4)
     if not sample:
         assert not torch.equal(out.sequences, greedy(mlm.backbone, ids, mask, max_new_tokens=5))
+
+
+def test_bf16_memory_weights_next_to_an_fp32_backbone():
+    fused = tied_augmented("llama", 0.4)
+    x = ids_of(PROMPTS[0])
+    with torch.no_grad():
+        fp32 = fused(input_ids=x).logits
+        fused.memory.cast_weights(torch.bfloat16)
+        separate = MemoryAugmentedLM(fused.backbone, fused.memory, lam=0.4, fuse_head=False)
+        a, b = fused(input_ids=x).logits, separate(input_ids=x).logits
+    assert a.dtype == torch.float32 and fused.backbone.lm_head.weight.dtype == torch.float32
+    torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-5)  # same bf16 hidden states, one fp32 head
+    assert (a - fp32).abs().max() < 0.5  # bf16 blocks: close to the fp32 memory, not equal

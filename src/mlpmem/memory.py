@@ -349,6 +349,16 @@ class MLPMemory(nn.Module):
         x = self.features(keys)  # (..., H)
         return self.head(x.to(self.head.weight.dtype))  # (..., V)
 
+    def cast_weights(self, dtype: torch.dtype) -> "MLPMemory":
+        """Store the memory's own weights in ``dtype`` (e.g. bf16 for inference), in place; a tied head is
+        the backbone's tensor and keeps its dtype. Norms still normalise in fp32 (see RMSNorm); the head
+        runs in the head's dtype. Halving the bytes of the blocks halves what they add to a decode step."""
+        for module in (self.in_proj, self.blocks, self.norm):
+            module.to(dtype)
+        if not self._tied:
+            self.head.to(dtype)
+        return self
+
     def num_parameters(self, trainable_only: bool = False) -> int:
         """Parameter count (a tied head counts as a parameter but not as trainable)."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)

@@ -38,7 +38,7 @@ from mlpmem.mixed import MemoryAugmentedLM, _keep_positions
 from mlpmem.mixing import mix_log_probs
 
 METHODS = ("backbone", "memory", "knnlm", "rag")
-LADDER = ("memory:naive", "memory:+kept", "memory:+fused")  # then "memory" = all optimizations
+LADDER = ("memory:naive", "memory:+kept", "memory:+fused", "memory:bf16")  # "memory" = all optimizations, fp32
 
 
 @dataclass
@@ -91,12 +91,46 @@ class _AllPositions(_SlowMix):
 
 
 def memory_variants(backbone, memory, lam: float) -> dict[str, MemoryAugmentedLM]:
+    """The memory without each decode optimization, and with its blocks stored in bf16 (``memory:bf16``)."""
     tied = memory.config.tie_head
     variants = {"memory:naive": _AllPositions(backbone, memory, lam, fuse_head=False),
                 "memory:+kept": _SlowMix(backbone, memory, lam, fuse_head=False)}
     if tied:
         variants["memory:+fused"] = _SlowMix(backbone, memory, lam, fuse_head=True)
+    variants["memory:bf16"] = MemoryAugmentedLM(backbone, bf16_copy(memory, backbone), lam)
     return variants
+
+
+def bf16_copy(memory, backbone):
+    """A copy of ``memory`` whose own weights are bf16 (a tied head stays the backbone's fp32 tensor)."""
+    from mlpmem.memory import MemoryConfig, MLPMemory, tie_to_backbone
+
+    clone = MLPMemory(MemoryConfig.from_dict(memory.config.to_dict()))
+    clone.load_state_dict(memory.state_dict())
+    if memory.config.tie_head:
+        tie_to_backbone(clone, backbone)
+    return clone.cast_weights(torch.bfloat16).eval()
+
+
+@torch.no_grad()
+def bf16_quality(memory, backbone, run_dir: Path, lam: float, positions: int = 4096) -> dict | None:
+    """Memory-only and mixed perplexity of the fp32 and the bf16-weight memory on validation positions."""
+    from mlpmem.datastore import KeyStore
+    from mlpmem.eval.perplexity import perplexity
+    from mlpmem.train import memory_logprobs
+
+    path = run_dir / "eval" / "validation"
+    if not (path / "manifest.json").is_file():
+        return None
+    store = KeyStore(path, verify=False)
+    keys, targets = store.array("keys")[:positions], store.array("values")[:positions]
+    lm = torch.from_numpy(store.array("lm")[:positions].astype(np.float64))
+    out = {"positions": len(keys), "lambda": lam, "backbone_ppl": perplexity(lm)}
+    for name, mem in (("fp32", memory), ("bf16", bf16_copy(memory, backbone))):
+        lp = torch.from_numpy(memory_logprobs(mem, keys, targets))
+        out[f"{name}_memory_ppl"] = perplexity(lp)
+        out[f"{name}_joint_ppl"] = perplexity(mix_log_probs(lm, lp, lam))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,6 +298,8 @@ def run_bench(config_path: str, cfg: InferBenchConfig, progress: bool = True) ->
         memory.config.vocab_size, lam if 0 < lam < 1 else 0.5), machine=_machine(n_threads),
                    config=asdict(cfg), run_config=config_path, seconds_total=None)
     info["vocab"] = memory.config.vocab_size
+    if "memory:bf16" in ladder:
+        info["bf16_quality"] = bf16_quality(memory, model, Path(run_cfg.run_dir), lam)
     return results
 
 
@@ -381,6 +417,12 @@ def report(results: dict) -> str:
               f"{1e6 * mix['one_pass']['median']:.0f} µs, two log_softmax + logaddexp "
               f"{1e6 * mix['two_log_softmax']['median']:.0f} µs.", ""]
     info = results["info"]
+    q = info.get("bf16_quality")
+    if q:
+        lines.append(f"Memory blocks in bf16 (`memory:bf16`), first {q['positions']} validation positions: memory-only "
+                     f"PPL {q['fp32_memory_ppl']:.3f} (fp32) vs {q['bf16_memory_ppl']:.3f} (bf16); mixed at "
+                     f"λ={q['lambda']}: {q['fp32_joint_ppl']:.3f} vs {q['bf16_joint_ppl']:.3f} (backbone "
+                     f"{q['backbone_ppl']:.3f}).\n")
     if "knnlm" in info:
         k = info["knnlm"]
         lines.append(f"kNN-LM: {k['keys']:,} keys, IVF-PQ nlist {k['index']['nlist']}, nprobe {k['index']['nprobe']}, "
