@@ -233,12 +233,12 @@ def rag_method(cfg: InferBenchConfig, run_cfg, tokenizer) -> tuple[Method, dict]
     return Method("rag", prepare=prepare, extra=lambda: {"retrieval_s": rag.last_retrieval_seconds}), info
 
 
-def knn_method(cfg: InferBenchConfig, model, tokenizer, knn_chosen: dict, progress: bool):
+def knn_method(cfg: InferBenchConfig, model, tokenizer, knn_chosen: dict, progress: bool, precision: str = "fp32"):
     from mlpmem.baselines.knnlm_decode import KnnLMDecoder
     from mlpmem.bench.knn_setup import knn_datastore, knn_index
 
     t0 = time.perf_counter()
-    store = knn_datastore(model, tokenizer, cfg.knn, progress)
+    store = knn_datastore(model, tokenizer, cfg.knn, progress, precision)  # extra keys at the run's precision
     index = knn_index(store, cfg.knn, progress)
     decoder = KnnLMDecoder(model, index, store.array("values"), store.layer, store.site, k=knn_chosen["k"],
                            temperature=knn_chosen["temperature"], lam=knn_chosen["lambda"])
@@ -288,7 +288,8 @@ def run_bench(config_path: str, cfg: InferBenchConfig, progress: bool = True) ->
     for name, variant in ladder.items():
         methods[name] = Method(name, context=variant.active)
     if "knnlm" in cfg.methods:
-        methods["knnlm"], info["knnlm"] = knn_method(cfg, model, tokenizer, knn_chosen, progress)
+        methods["knnlm"], info["knnlm"] = knn_method(cfg, model, tokenizer, knn_chosen, progress,
+                                                     run_cfg.backbone.precision)
     if "rag" in cfg.methods:
         methods["rag"], info["rag"] = rag_method(cfg, run_cfg, tokenizer)
     prompts = prompt_windows(split_documents(run_cfg, "test"), tokenizer, cfg.prompt_tokens, max(cfg.batch_sizes))

@@ -55,7 +55,8 @@ def unused_plays(seed: int = 0) -> list[dict]:
     return [{"id": s, "text": works[s]["text"]} for s in seeded_order(plays, seed)[DEFAULT_PLAYS_USED:]]
 
 
-def extra_keys(model, tokenizer, needed: int, cfg: KnnSetupConfig, layer: int, site: str, progress=True) -> Path:
+def extra_keys(model, tokenizer, needed: int, cfg: KnnSetupConfig, layer: int, site: str, progress=True,
+               precision: str = "fp32") -> Path:
     """Extract keys of unused plays into ``cfg.extra_dir`` until at least ``needed`` rows (resumable)."""
     from mlpmem.corpus import Document, tokenize_documents
     from mlpmem.datastore import build_keystore
@@ -70,7 +71,7 @@ def extra_keys(model, tokenizer, needed: int, cfg: KnnSetupConfig, layer: int, s
     if total < needed:
         raise ConfigError(f"the unused plays hold {total} tokens, fewer than the {needed} keys still needed")
     kwargs = dict(layer=layer, site=site, block_size=cfg.block_size, stride=cfg.block_size, progress=progress,
-                  desc="extra keys")
+                  desc="extra keys", precision=precision)
     try:  # resumes an interrupted extraction of the same plays
         build_keystore(model, tokenizer, docs, cfg.extra_dir, **kwargs)
     except MlpmemError:  # a previous extraction of other plays or another backbone: replace it
@@ -78,7 +79,7 @@ def extra_keys(model, tokenizer, needed: int, cfg: KnnSetupConfig, layer: int, s
     return Path(cfg.extra_dir)
 
 
-def knn_datastore(model, tokenizer, cfg: KnnSetupConfig, progress=True) -> CombinedKeyStore:
+def knn_datastore(model, tokenizer, cfg: KnnSetupConfig, progress=True, precision: str = "fp32") -> CombinedKeyStore:
     """The combined read-only keystores, topped up with extra keys to ``cfg.min_keys`` rows."""
     sources = [p for p in cfg.sources if (Path(p) / "manifest.json").is_file()]
     if not sources:
@@ -95,7 +96,7 @@ def knn_datastore(model, tokenizer, cfg: KnnSetupConfig, progress=True) -> Combi
                 return combined
         except MlpmemError:
             pass  # incomplete (resumed below) or built for another backbone (rebuilt below)
-    extra_keys(model, tokenizer, cfg.min_keys - store.num_rows, cfg, store.layer, store.site, progress)
+    extra_keys(model, tokenizer, cfg.min_keys - store.num_rows, cfg, store.layer, store.site, progress, precision)
     return CombinedKeyStore(sources + [str(extra)])
 
 

@@ -39,7 +39,7 @@ class OfflineBenchConfig:
     """Cap of the training split (keys, teacher and training run on it)."""
     eval_tokens: int = 2_048
     """Cap of the validation/test splits (the datastore stage encodes them too)."""
-    forward_windows: int = 8
+    forward_windows: int = 4
     """Windows of the training split timed for plain forward vs key pass (batches of the datastore's size)."""
     train_steps: int = 30
     repeats: int = 3
