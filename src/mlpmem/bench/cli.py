@@ -34,6 +34,8 @@ def add_arguments(choices: dict) -> None:
     p.add_argument("--no-ladder", dest="ladder", action="store_false", default=None,
                    help="skip the memory timed without each optimization")
     p.add_argument("--knn-min-keys", type=int, help="keys in the kNN-LM index (default 1,000,000)")
+    p.add_argument("--rag-retriever", choices=("dense", "bm25"), help="RAG retriever (default dense)")
+    p.add_argument("--lam", type=float, help="memory λ (default: the run's; 0.3 if the run chose 0)")
     p = choices["bench-offline"]
     p.add_argument("--train-tokens", type=int, help="cap of the training split (default 24,000)")
     p.add_argument("--train-steps", type=int, help="timed training steps (default 30)")
@@ -48,7 +50,7 @@ def bench_infer(args: argparse.Namespace) -> None:
     from mlpmem.bench.knn_setup import KnnSetupConfig
 
     values = _given(args, ("threads", "repeats", "out_dir", "prompt_tokens", "new_tokens", "batch_sizes", "warmup",
-                           "methods", "ladder"))
+                           "methods", "ladder", "rag_retriever", "lam"))
     if args.knn_min_keys is not None:
         values["knn"] = KnnSetupConfig(min_keys=args.knn_min_keys)
     main(args.config, InferBenchConfig(**values), progress=not args.quiet)

@@ -33,11 +33,12 @@ import torch.nn.functional as F
 
 from mlpmem.bench.common import markdown_table, summarize, threads, unique_param_bytes, write_text
 from mlpmem.bench.knn_setup import KnnSetupConfig
-from mlpmem.errors import ConfigError
+from mlpmem.errors import ConfigError, MlpmemError
 from mlpmem.mixed import MemoryAugmentedLM, _keep_positions
 from mlpmem.mixing import mix_log_probs
 
 METHODS = ("backbone", "memory", "knnlm", "rag")
+FALLBACK_LAMBDA = {"memory": 0.3, "knnlm": 0.2}  # timed instead of a chosen λ = 0, which skips the method
 LADDER = ("memory:naive", "memory:+kept", "memory:+fused", "memory:bf16")  # "memory" = all optimizations, fp32
 
 
@@ -52,10 +53,14 @@ class InferBenchConfig:
     ladder: bool = True
     """Also time the memory without each optimization (batch 1 only)."""
     threads: int | None = None
+    rag_retriever: str = "dense"
+    """``dense`` (all-MiniLM-L6-v2) or ``bm25`` (see baselines.rag)."""
     rag_top_k: int = 3
     rag_context_tokens: int = 512
     """RAG prompt limit = prompt_tokens + this (the passages fill it)."""
     out_dir: str = "runs/bench/infer"
+    lam: float | None = None
+    """λ of the memory; None: the run's, or ``FALLBACK_LAMBDA`` if the run chose 0 (the memory would not run)."""
     knn: KnnSetupConfig = field(default_factory=KnnSetupConfig)
 
     def __post_init__(self):
@@ -122,7 +127,10 @@ def bf16_quality(memory, backbone, run_dir: Path, lam: float, positions: int = 4
     path = run_dir / "eval" / "validation"
     if not (path / "manifest.json").is_file():
         return None
-    store = KeyStore(path, verify=False)
+    try:
+        store = KeyStore(path, verify=False)
+    except MlpmemError:  # incomplete (a run in progress): no quality check
+        return None
     keys, targets = store.array("keys")[:positions], store.array("values")[:positions]
     lm = torch.from_numpy(store.array("lm")[:positions].astype(np.float64))
     out = {"positions": len(keys), "lambda": lam, "backbone_ppl": perplexity(lm)}
@@ -217,7 +225,7 @@ def prompt_windows(docs: list[dict], tokenizer, length: int, count: int) -> torc
 def rag_method(cfg: InferBenchConfig, run_cfg, tokenizer) -> tuple[Method, dict]:
     from mlpmem.baselines.rag import RAG, RAGConfig
 
-    rag_cfg = RAGConfig(retriever="dense", top_k=cfg.rag_top_k,
+    rag_cfg = RAGConfig(retriever=cfg.rag_retriever, top_k=cfg.rag_top_k,
                         max_prompt_tokens=cfg.prompt_tokens + cfg.rag_context_tokens)
     t0 = time.perf_counter()
     rag = RAG.from_documents(split_documents(run_cfg, "train"), tokenizer, rag_cfg)
@@ -280,9 +288,12 @@ def mixing_microbench(vocab: int, lam: float, batch: int = 1, iters: int = 200) 
 def run_bench(config_path: str, cfg: InferBenchConfig, progress: bool = True) -> dict:
     n_threads = threads(cfg.threads)
     run_cfg, model, tokenizer, memory, lam, knn_chosen = load_run(config_path)
+    chosen = {"memory": lam, "knnlm": knn_chosen["lambda"]}
+    lam = cfg.lam if cfg.lam is not None else (lam or FALLBACK_LAMBDA["memory"])
+    knn_chosen = {**knn_chosen, "lambda": knn_chosen["lambda"] or FALLBACK_LAMBDA["knnlm"]}
     mixed = MemoryAugmentedLM(model, memory, lam=lam, tokenizer=tokenizer)
     methods = {"backbone": Method("backbone"), "memory": Method("memory", context=mixed.active)}
-    info: dict = {"memory": {"lambda": lam, "fused_head": mixed.fuse_head, "layers": memory.config.num_layers,
+    info: dict = {"chosen_lambda": chosen, "memory": {"lambda": lam, "fused_head": mixed.fuse_head, "layers": memory.config.num_layers,
                              "tie_head": memory.config.tie_head}}
     ladder = memory_variants(model, memory, lam) if cfg.ladder else {}
     for name, variant in ladder.items():
@@ -393,7 +404,9 @@ def report(results: dict) -> str:
              f"Machine: {results['machine']['cpu']}, {results['machine']['threads']} threads, torch "
              f"{results['machine']['torch']}. Prompt {cfg['prompt_tokens']} tokens, {cfg['new_tokens']} new tokens "
              f"(greedy, KV cache), {cfg['warmup']} warm-up + {cfg['repeats']} interleaved repetitions; median "
-             f"[min-max].\n"]
+             f"[min-max]. Run `{results['run_config']}`; memory λ = {results['info']['memory']['lambda']} (the run "
+             f"chose {results['info']['chosen_lambda']['memory']}), {results['info']['memory']['layers']} blocks, "
+             f"tied head {results['info']['memory']['tie_head']}.\n"]
     header = ["method", "batch", "input tokens", "TTFT ms", "TTFT / backbone", "decode tok/s", "decode / backbone"]
     rows = []
     for name, by_batch in results["methods"].items():
@@ -431,7 +444,8 @@ def report(results: dict) -> str:
                      f"T={k['temperature']}, λ={k['lambda']}.")
     if "rag" in info:
         r, m = info["rag"], results["methods"]["rag"]["1"]
-        lines.append(f"RAG: dense all-MiniLM-L6-v2 over {r['passages']} passages, top {r['top_k']}, prompt limit "
+        retriever = "dense all-MiniLM-L6-v2" if r["retriever"] == "dense" else "BM25 (bm25s)"
+        lines.append(f"RAG: {retriever} over {r['passages']} passages, top {r['top_k']}, prompt limit "
                      f"{r['max_prompt_tokens']} tokens; retrieval {1e3 * m['retrieval_s']['median']:.1f} ms of the "
                      f"batch-1 TTFT (median).")
     if "knnlm" in results["methods"]:
