@@ -1,9 +1,18 @@
-"""Ablations of the memory's training choices on one run's datastore and teacher.
+"""Ablations of the memory's design choices, each scored by validation perplexity.
 
-Each variant is the run's config with some ``train.*`` values overridden; it trains into
-``run_dir/ablations/<study>/<variant>/`` and is scored by its last-epoch validation perplexities
-(memory alone, and memory + backbone at the best λ of the training config's grid). One table
-(Markdown) and one bar chart (PNG) per study.
+Training studies (``head-init``, ``alpha``, ``size``, ``epochs``): each variant is the run's config with
+some ``train.*`` values overridden, trained on the run's own datastore and teacher into
+``run_dir/ablations/<study>/<variant>/``.
+
+Retrieval studies (``layer``: the key layer's depth; ``teacher``: the teacher's k and temperature)
+change what the memory is distilled from, so each variant gets its own sub-run
+``run_dir/ablations/<study>/<variant>/`` with its own datastore (train + validation keystores, for a
+new layer) and its own teacher; what a variant shares with the main run (same layer: the keystores;
+same layer, k and T: the teacher) is read from the main run's folders, not rebuilt. The teacher temperature is the main run's (chosen by its kNN-LM sweep) unless
+the variant sets it.
+
+Every variant is scored by its last-epoch validation perplexities (memory alone, and memory + backbone
+at the best λ of the training config's grid). One table (Markdown) and one bar chart (PNG) per study.
 """
 
 from __future__ import annotations
@@ -24,6 +33,12 @@ STUDIES = {
     "size": {p: {"preset": p} for p in ("tiny", "small", "base")},
     "epochs": {f"{e} epoch(s)": {"epochs": e} for e in (1, 2, 4)},
 }
+RETRIEVAL_STUDIES = {
+    "layer": {f"layer={f}": {"layer": f} for f in (0.3, 0.6, 0.8, 1.0)},
+    "teacher": {"k=16": {"k": 16}, "k=256": {"k": 256}, "k=1024": {"k": 1024},
+                "k=1024, T=1": {"k": 1024, "temperature": 1.0}, "k=1024, T=10": {"k": 1024, "temperature": 10.0}},
+}
+ALL_STUDIES = sorted([*STUDIES, *RETRIEVAL_STUDIES])
 
 
 def _slug(name: str) -> str:
@@ -34,24 +49,99 @@ def run_study(run, study: str, progress: bool = True) -> list[dict]:
     """Train every variant of ``study`` and return one row per variant (also written to disk)."""
     from mlpmem.pipeline import Run, stage_train
 
-    if study not in STUDIES:
-        raise ConfigError(f"unknown ablation study {study!r}; choose one of {sorted(STUDIES)}")
+    if study not in ALL_STUDIES:
+        raise ConfigError(f"unknown ablation study {study!r}; choose one of {ALL_STUDIES}")
     rows = []
     base = run.path("ablations", study)
-    for name, overrides in STUDIES[study].items():
+    if study in RETRIEVAL_STUDIES:
+        for name, overrides in RETRIEVAL_STUDIES[study].items():
+            state = train_retrieval_variant(run, base / _slug(name), overrides)
+            rows.append(_row(name, overrides, state))
+    for name, overrides in STUDIES.get(study, {}).items():
         cfg = dataclasses.replace(run.cfg, train=dataclasses.replace(run.cfg.train, **overrides))
         variant = Run.__new__(Run)  # same run folder and loaded backbone, other train config
         variant.__dict__.update(run.__dict__, cfg=cfg)
         state = stage_train(variant, out=base / _slug(name))
-        last = state["history"][-1]
-        rows.append({"variant": name, **overrides, "memory_ppl": last["memory_ppl"],
-                     "joint_ppl": last["joint_ppl"], "best_lambda": last["best_lambda"],
-                     "backbone_ppl": last["backbone_ppl"], "train_seconds": state["train_seconds"],
-                     "trainable_parameters": state["memory_trainable_parameters"]})
+        rows.append(_row(name, overrides, state))
     write_json(base / "results.json", {"study": study, "rows": rows})
     (base / "results.md").write_text(study_table(study, rows) + "\n")
     plot_study(study, rows, base / "results.png")
     return rows
+
+
+def _row(name: str, overrides: dict, state: dict) -> dict:
+    last = state["history"][-1]
+    return {"variant": name, **overrides, "memory_ppl": last["memory_ppl"], "joint_ppl": last["joint_ppl"],
+            "best_lambda": last["best_lambda"], "backbone_ppl": last["backbone_ppl"],
+            "train_seconds": state["train_seconds"], "trainable_parameters": state["memory_trainable_parameters"]}
+
+
+def variant_run(run, cfg, folder, shared: set[str]):
+    """A run in ``folder`` whose ``shared`` top-level folders (datastore, eval, teacher) are the main run's."""
+    from mlpmem.pipeline import Run
+
+    class VariantRun(Run):
+        def path(self, *parts: str):
+            if parts and parts[0] in self.shared:
+                return self.main.path(*parts)
+            return super().path(*parts)
+
+    variant = VariantRun.__new__(VariantRun)
+    variant.__dict__.update(run.__dict__, cfg=cfg, dir=folder, main=run, shared=set(shared))
+    return variant
+
+
+def variant_config(run, folder, overrides: dict):
+    """The main run's config with a new key layer and/or teacher k / T, running in ``folder``."""
+    from mlpmem.pipeline import teacher_config
+
+    teacher = teacher_config(run)  # T as chosen by the main run's kNN-LM sweep
+    teacher = dataclasses.replace(teacher, **{k: v for k, v in overrides.items() if k in ("k", "temperature")})
+    backbone = run.cfg.backbone
+    if "layer" in overrides:
+        backbone = dataclasses.replace(backbone, layer=overrides["layer"])
+    return dataclasses.replace(run.cfg, run_dir=str(folder), backbone=backbone, teacher=teacher,
+                               teacher_temperature_from_knnlm=False)
+
+
+def train_retrieval_variant(run, folder, overrides: dict) -> dict:
+    """Keystores (linked if the layer is the main run's), a new teacher, then the memory, all in ``folder``."""
+    import yaml
+
+    from mlpmem.backbone import resolve_layer
+    from mlpmem.pipeline import stage_teacher, stage_train, teacher_config
+
+    cfg = variant_config(run, folder, overrides)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    model = run.backbone[0]
+    shared = set()
+    if resolve_layer(model, cfg.backbone.layer) == resolve_layer(model, run.cfg.backbone.layer):
+        shared |= {"datastore", "eval"}
+        if cfg.teacher == teacher_config(run) and run.path("teacher").exists():
+            shared.add("teacher")  # the main run's teacher, unchanged
+    variant = variant_run(run, cfg, folder, shared)
+    if "datastore" not in shared:
+        build_variant_keystores(variant)
+    if "teacher" not in shared:
+        stage_teacher(variant)
+    return stage_train(variant)
+
+
+def build_variant_keystores(variant) -> None:
+    """Training keys and validation keys + LM log-probs at the variant's layer (test is not needed)."""
+    from mlpmem.datastore import build_keystore
+    from mlpmem.index import set_threads
+    from mlpmem.pipeline import split_tokens
+
+    set_threads()
+    cfg, (model, tokenizer) = variant.cfg, variant.backbone
+    for split, folder, with_lm in (("train", "datastore", False), ("validation", "eval/validation", True)):
+        build_keystore(model, tokenizer, split_tokens(variant, split), variant.path(folder),
+                       layer=cfg.backbone.layer, site=cfg.backbone.site, block_size=cfg.corpus.block_size,
+                       stride=cfg.corpus.stride, batch_size=cfg.datastore.batch_size,
+                       batches_per_shard=cfg.datastore.batches_per_shard, with_lm=with_lm,
+                       progress=variant.progress, desc=f"keys {split} ({folder})")
 
 
 def study_table(study: str, rows: list[dict]) -> str:

@@ -82,6 +82,7 @@ def bigbench_archive(archive: str | Path | None = None) -> Path:
 
 def read_task(task: str, archive: str | Path | None = None) -> dict:
     """The ``task.json`` of one BIG-bench task (extracted once into the cache)."""
+    archive = archive or os.environ.get("MLPMEM_BIGBENCH_ARCHIVE")
     cached = _cache_root() / "bigbench" / f"{task}.json"
     if archive is None and cached.is_file():
         return json.loads(cached.read_text())

@@ -1,0 +1,72 @@
+"""Retrieval-side ablations (key layer depth, teacher k / T): own keystores and teacher per variant, on a tiny run."""
+
+import json
+
+import pytest
+
+from conftest import corpus_text
+from mlpmem.ablation import ALL_STUDIES, RETRIEVAL_STUDIES, run_study, variant_config
+from mlpmem.config import PipelineConfig
+from mlpmem.errors import ConfigError
+
+
+@pytest.fixture()
+def tiny_run(tmp_path, tiny_backbone_dir):
+    from mlpmem.pipeline import Run, stage_datastore, stage_knnlm, stage_teacher
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i, text in enumerate(corpus_text(10)):
+        (corpus / f"doc{i}.txt").write_text(text)
+    cfg = PipelineConfig.from_yaml("configs/tiny.yaml", [f"run_dir={tmp_path / 'run'}",
+                                                         f"backbone.name={tiny_backbone_dir}",
+                                                         f"corpus.path={corpus}", "train.epochs=1"])
+    run = Run(cfg, progress=False)
+    stage_datastore(run)
+    stage_knnlm(run)
+    stage_teacher(run)
+    return run
+
+
+def test_layer_study_builds_keys_per_depth(tiny_run, monkeypatch):
+    import mlpmem.ablation as ablation
+
+    monkeypatch.setitem(ablation.RETRIEVAL_STUDIES, "layer", {"layer=0.3": {"layer": 0.3}, "layer=1.0": {"layer": 1.0}})
+    rows = run_study(tiny_run, "layer", progress=False)
+    assert [r["layer"] for r in rows] == [0.3, 1.0]
+    base = tiny_run.path("ablations", "layer")
+    shallow, last = base / "layer=0.3", base / "layer=1.0"
+    assert json.loads((shallow / "datastore" / "manifest.json").read_text())["layer"] == 0
+    assert (shallow / "eval" / "validation").is_dir() and not (shallow / "eval" / "test").exists()
+    assert not (last / "datastore").exists() and not (last / "teacher").exists()  # the main run's, shared
+    assert (shallow / "teacher" / "manifest.json").exists() and (last / "memory").is_dir()
+    assert all(r["joint_ppl"] <= r["backbone_ppl"] + 1e-6 for r in rows)  # λ=0 is on the grid
+    assert (base / "results.png").exists() and "layer=0.3" in (base / "results.md").read_text()
+
+
+def test_teacher_study_rebuilds_the_teacher_only(tiny_run, monkeypatch):
+    import mlpmem.ablation as ablation
+
+    monkeypatch.setitem(ablation.RETRIEVAL_STUDIES, "teacher", {"k=4": {"k": 4}, "k=8, T=10": {"k": 8, "temperature": 10.0}})
+    rows = run_study(tiny_run, "teacher", progress=False)
+    assert [r["variant"] for r in rows] == ["k=4", "k=8, T=10"]
+    folder = tiny_run.path("ablations", "teacher", "k=4")
+    assert not (folder / "datastore").exists() and (folder / "teacher").is_dir()
+    manifest = json.loads((folder / "teacher" / "manifest.json").read_text())
+    assert manifest["k"] == 4
+    other = json.loads((tiny_run.path("ablations", "teacher", "k=8__T=10", "teacher", "manifest.json")).read_text())
+    assert other["temperature"] == 10.0
+
+
+def test_variant_config_takes_the_main_runs_temperature(tiny_run):
+    chosen_t = json.loads(tiny_run.path("knnlm", "results.json").read_text())["chosen"]["temperature"]
+    cfg = variant_config(tiny_run, tiny_run.path("x"), {"k": 4})
+    assert cfg.teacher.k == 4 and cfg.teacher.temperature == chosen_t and not cfg.teacher_temperature_from_knnlm
+    assert variant_config(tiny_run, tiny_run.path("x"), {"layer": 0.5}).backbone.layer == 0.5
+
+
+def test_study_names():
+    assert {"alpha", "size", "layer", "teacher"} <= set(ALL_STUDIES)
+    assert [v["layer"] for v in RETRIEVAL_STUDIES["layer"].values()][-1] == 1.0
+    with pytest.raises(ConfigError):
+        run_study(None, "nope")

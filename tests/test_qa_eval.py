@@ -1,0 +1,64 @@
+"""Greedy QA decoding with stop strings over any model, λ tuning, and the question file reader."""
+
+import json
+
+import pytest
+
+from mlpmem.errors import CorpusError
+from mlpmem.qa.eval_qa import (GenerationConfig, closed_book_prompts, evaluate_questions, generate_answers,
+                               read_questions, tune_lambda)
+from mlpmem.qa.prompts import cut_at_stop, qa_prompt
+
+
+def test_prompts_and_stops():
+    assert qa_prompt("Who?") == "Question: Who?\nAnswer:"
+    assert qa_prompt("Who?", ["p1", "p2"]) == "Context:\np1\n\np2\n\nQuestion: Who?\nAnswer:"
+    assert cut_at_stop(" Paris\nQuestion: next") == "Paris"
+    assert cut_at_stop(" Paris Question: x") == "Paris"
+    assert closed_book_prompts([{"question": "The country of X is", "cloze": True}]) == ["The country of X is"]
+
+
+def test_batched_greedy_matches_one_by_one(tiny_llama, tiny_tokenizer):
+    prompts = ["The keeper", "The old lighthouse keeper walked along", "He counted"]
+    cfg = GenerationConfig(max_new_tokens=6, batch_size=3)
+    batched = generate_answers(tiny_llama, tiny_tokenizer, prompts, cfg, stops=("\n",))
+    single = [generate_answers(tiny_llama, tiny_tokenizer, [p], GenerationConfig(6, 1), stops=("\n",))[0]
+              for p in prompts]
+    assert batched == single
+
+
+class EchoModel:
+    """A 'model' whose generate appends fixed token ids: checks stop-string cutting and scoring end to end."""
+
+    def __init__(self, tokenizer, text):
+        self.ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def generate(self, input_ids, **kwargs):
+        import torch
+
+        return torch.cat([input_ids, torch.tensor([self.ids] * input_ids.shape[0])], 1)
+
+
+def test_evaluate_questions_cuts_at_stop(tiny_tokenizer):
+    qs = [{"id": "a", "question": "Where?", "answers": ["the shore"]}]
+    r = evaluate_questions(EchoModel(tiny_tokenizer, " The shore\nQuestion: more"), tiny_tokenizer, qs)
+    assert r["em"] == 100.0 and r["predictions"][0]["prediction"] == "The shore"
+
+
+def test_tune_lambda_picks_best_and_smallest_on_ties(tiny_tokenizer):
+    qs = [{"question": "Where?", "answers": ["shore"]}]
+    models = {0.0: EchoModel(tiny_tokenizer, " boats"), 0.2: EchoModel(tiny_tokenizer, " shore"),
+              0.5: EchoModel(tiny_tokenizer, " shore")}
+    lam, curve = tune_lambda(models.__getitem__, tiny_tokenizer, qs, [0.5, 0.0, 0.2])
+    assert lam == 0.2 and [c["lambda"] for c in curve] == [0.0, 0.2, 0.5]
+
+
+def test_read_questions(tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps({"question": "Q?", "answer": "A"}) + "\n\n" + json.dumps(
+        {"id": "x", "question": "R?", "answers": ["B", "C"]}) + "\n")
+    rows = read_questions(path)
+    assert rows[0]["answers"] == ["A"] and rows[0]["id"] == "1" and rows[1]["id"] == "x"
+    path.write_text(json.dumps({"question": "Q?"}) + "\n")
+    with pytest.raises(CorpusError):
+        read_questions(path)

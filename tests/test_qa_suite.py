@@ -1,0 +1,116 @@
+"""Every QA method end to end on a tiny backbone and a tiny synthetic benchmark, through the CLI, plus the report."""
+
+import io
+import json
+import tarfile
+
+import pytest
+import yaml
+
+from conftest import corpus_text
+from mlpmem.cli import main
+from mlpmem.qa.bigbench import TASK_MEMBER
+from mlpmem.qa.suite import METHODS, QASuiteConfig
+from test_rag import BagOfWordsEncoder
+
+BIGBENCH = {
+    "qa_wikidata": {"examples": [{"input": "The keeper of the lighthouse is", "target": "old"},
+                                 {"input": "The color of the book is", "target": ["green"]}]},
+    "general_knowledge": {"examples": [
+        {"input": "What did the keeper count?", "target_scores": {"gulls": 1, "storms": 0}},
+        {"input": "When did the storm come?", "target_scores": {"spring": 0, "November": 1}}]},
+}
+
+
+@pytest.fixture()
+def qa_setup(tmp_path, tiny_backbone_dir, monkeypatch):
+    import mlpmem.baselines.rag as rag
+
+    monkeypatch.setattr(rag, "load_encoder", lambda device="cpu": BagOfWordsEncoder())
+    archive = tmp_path / "bigbench-1.0.0.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for task, data in BIGBENCH.items():
+            raw = json.dumps(data).encode()
+            info = tarfile.TarInfo(TASK_MEMBER.format(task=task))
+            info.size = len(raw)
+            tar.addfile(info, io.BytesIO(raw))
+    monkeypatch.setenv("MLPMEM_BIGBENCH_ARCHIVE", str(archive))
+    tiny = yaml.safe_load(open("configs/tiny.yaml"))
+    tiny["backbone"]["name"] = str(tiny_backbone_dir)
+    tiny["train"]["epochs"] = 1
+    (tmp_path / "memory.yaml").write_text(yaml.safe_dump(tiny))
+    corpus = tmp_path / "ablate-corpus"
+    corpus.mkdir()
+    for i, text in enumerate(corpus_text(10)):
+        (corpus / f"doc{i}.txt").write_text(text)
+    (tmp_path / "ablate.yaml").write_text(yaml.safe_dump({**tiny, "run_dir": str(tmp_path / "ablate"),
+                                                          "corpus": {**tiny["corpus"], "path": str(corpus)}}))
+    suite = {
+        "out_dir": str(tmp_path / "qa"), "docs_dir": str(tmp_path / "docs"), "backbone": str(tiny_backbone_dir),
+        "benchmarks": {"synthetic": {"pipeline": str(tmp_path / "memory.yaml"),
+                                     "options": {"num_entities": 12, "seed": 0}, "tune_questions": 4,
+                                     "test_questions": 6}},
+        "lambda_grid": [0.0, 0.5],
+        "cpt": {"epochs": 1, "batch_size": 2, "block_size": 32, "lr": 1e-3},
+        "lora": {"finetune": {"epochs": 1, "batch_size": 2, "block_size": 32, "lr": 1e-3}},
+        "generation": {"max_new_tokens": 4, "batch_size": 4},
+        "no_regression": {"memory_from": "synthetic", "qa_wikidata": 2, "mc_tasks": ["general_knowledge"],
+                          "mc_limit": 2},
+        "ablations": {"pipeline": str(tmp_path / "ablate.yaml"), "studies": ["alpha"]},
+    }
+    (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite))
+    return tmp_path
+
+
+def test_qa_report_end_to_end(qa_setup, capsys):
+    tmp = qa_setup
+    assert main(["qa-report", str(tmp / "suite.yaml"), "--quiet"]) == 0
+    results = json.loads((tmp / "qa" / "results.json").read_text())
+    bench = results["benchmarks"]["synthetic"]
+    assert set(bench["methods"]) == set(METHODS)
+    for method, r in bench["methods"].items():
+        assert 0 <= r["test"]["em"] <= 100 and r["test"]["n"] == 6, method
+        assert r["held_out"]["n"] == 6
+    assert bench["methods"]["memory"]["lambda"] in (0.0, 0.5)
+    assert bench["methods"]["knnlm"]["lambda"] in (0.0, 0.5)
+    assert bench["methods"]["lora"]["rank"] >= 1
+    assert bench["methods"]["lora"]["target_parameters"] == bench["memory_run"]["memory_trainable_parameters"]
+    nr = bench["methods"]["base"]["no_regression"]
+    assert nr["qa_wikidata"]["n"] == 2 and nr["general_knowledge"]["n"] == 2
+    assert "no_regression" in bench["methods"]["memory"] and "no_regression" not in bench["methods"]["rag-bm25"]
+    assert len(results["ablations"]["studies"]["alpha"]) == 6
+    report = (tmp / "docs" / "report.md").read_text()
+    for label in ("RAG-dense", "RAG-BM25", "kNN-LM", "CPT", "LoRA", "MLP Memory", "C1:", "C3:", "C7:", "C8:"):
+        assert label in report, label
+    assert (tmp / "docs" / "ablation-alpha.png").exists()
+    # resumable: a second run reuses every method's results
+    mtime = (tmp / "qa" / "synthetic" / "methods" / "cpt.json").stat().st_mtime
+    assert main(["qa-report", str(tmp / "suite.yaml"), "--quiet", "--no-ablations"]) == 0
+    assert (tmp / "qa" / "synthetic" / "methods" / "cpt.json").stat().st_mtime == mtime
+
+
+def test_eval_qa_command(qa_setup, tiny_backbone_dir, capsys):
+    tmp = qa_setup
+    questions = tmp / "q.jsonl"
+    questions.write_text(json.dumps({"question": "Who counted the gulls?", "answers": ["the keeper"]}) + "\n")
+    docs = tmp / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"text": t}) + "\n" for t in corpus_text(4)))
+    for method in ("base", "rag-bm25", "rag-dense"):
+        out = tmp / f"{method}.json"
+        assert main(["eval-qa", str(questions), "--method", method, "--backbone", str(tiny_backbone_dir),
+                     "--corpus", str(docs), "--max-new-tokens", "3", "--out", str(out), "--quiet"]) == 0
+        saved = json.loads(out.read_text())
+        assert saved["n"] == 1 and len(saved["predictions"]) == 1
+    assert main(["eval-qa", str(questions), "--method", "memory", "--backbone", str(tiny_backbone_dir)]) == 2
+    assert "needs --run" in capsys.readouterr().err
+
+
+def test_suite_config_validation(tmp_path):
+    from mlpmem.errors import ConfigError
+
+    with pytest.raises(ConfigError):
+        QASuiteConfig(benchmarks={"trivia": {"pipeline": "x"}})
+    with pytest.raises(ConfigError):
+        QASuiteConfig(benchmarks={"synthetic": {"pipeline": "x"}}, methods=["memory"])
+    cfg = QASuiteConfig.from_yaml("configs/qa/report.yaml")
+    assert set(cfg.benchmarks) == {"synthetic", "disfl_qa"} and cfg.methods == list(METHODS)
