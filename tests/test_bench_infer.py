@@ -89,9 +89,12 @@ def test_bench_infer_end_to_end(finished_run):
     knn = KnnSetupConfig(sources=[str(root / "run" / "datastore")], min_keys=1, index_dir=str(root / "idx"),
                          index=IndexConfig(kind="ivf_flat", nlist=4, nprobe=4))
     cfg = InferBenchConfig(prompt_tokens=8, new_tokens=3, batch_sizes=[1, 2], repeats=2, warmup=1,
-                           methods=["backbone", "memory", "knnlm"], out_dir=str(root / "out"), knn=knn, threads=1)
+                           methods=["backbone", "memory", "knnlm", "knnlm-exact"], out_dir=str(root / "out"), knn=knn,
+                           threads=1)
     results = main(str(config), cfg, progress=False)
-    assert set(results["methods"]) == {"backbone", "memory", "knnlm", "memory:naive", "memory:+kept", "memory:bf16"}
+    assert set(results["methods"]) == {"backbone", "memory", "knnlm", "knnlm-exact", "memory:naive", "memory:+kept",
+                                       "memory:bf16"}
+    assert set(results["methods"]["knnlm-exact"]) == {"1"}  # brute force: batch 1 only
     q = results["info"]["bf16_quality"]
     assert q["positions"] > 0 and abs(q["bf16_memory_ppl"] / q["fp32_memory_ppl"] - 1) < 0.05
     assert set(results["methods"]["memory"]) == {"1", "2"} and set(results["methods"]["memory:naive"]) == {"1"}
@@ -100,7 +103,8 @@ def test_bench_infer_end_to_end(finished_run):
     assert entry["decode_tok_s"]["n"] == 2 and entry["search_s"]["median"] > 0
     assert results["info"]["knnlm"]["keys"] > 0
     assert [row[0] for row in targets(results)] == ["decode tok/s memory / backbone", "TTFT memory / backbone",
-                                                    "decode tok/s memory / kNN-LM"]
+                                                    "decode tok/s memory / kNN-LM",
+                                                    "decode tok/s memory / kNN-LM (exact search)"]
     saved = json.loads((root / "out" / "results.json").read_text())
     assert saved["methods"]["memory"]["2"]["input_tokens"] == 8
     assert "| memory |" in (root / "out" / "report.md").read_text()
