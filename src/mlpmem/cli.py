@@ -202,6 +202,12 @@ def cmd_qa_report(args):
     run(args)
 
 
+def cmd_bench_scale(args):
+    from mlpmem.scalebench import main_from_args
+
+    main_from_args(args)
+
+
 COMMANDS = {
     "corpora": (cmd_corpora, "list the shipped corpora", False),
     "prepare-corpus": (cmd_prepare_corpus, "prepare a shipped corpus into train/validation/test JSONL", False),
@@ -226,6 +232,7 @@ COMMANDS = {
     "bench-infer": (cmd_bench_infer, "time to first token and decode speed: backbone, memory, kNN-LM, RAG", False),
     "bench-offline": (cmd_bench_offline, "speed of key extraction, teacher and training on a capped corpus slice",
                       False),
+    "bench-scale": (cmd_bench_scale, "1 vs N processes, peak RSS against datastore size, resume vs rerun", False),
 }
 
 
@@ -263,6 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     demo.add_argument("--rebuild", action="store_true")
     demo.add_argument("--quiet", action="store_true")
+    from mlpmem.scalebench import add_arguments
+
+    add_arguments(sub.choices["bench-scale"])
     prep = sub.choices["prepare-corpus"]
     prep.add_argument("name")
     prep.add_argument("--seed", type=int, default=0)

@@ -21,8 +21,10 @@ from tqdm.auto import tqdm
 from mlpmem.backbone import (KeyHook, autocast, base_model, check_fingerprint, check_precision, extract_keys,
                              fingerprint, output_logits, resolve_layer)
 from mlpmem.corpus import Window, corpus_hash, make_windows
-from mlpmem.errors import CorruptArtifact, MlpmemError
-from mlpmem.shards import MANIFEST, clean_temporaries, load_array, read_json, resume_manifest, save_array, write_json
+from mlpmem.distributed import (Dist, current, done_indices, finish_build, merge_records, my_slice, open_build,
+                                write_record)
+from mlpmem.errors import ConfigError, CorruptArtifact, MlpmemError
+from mlpmem.shards import MANIFEST, ShardedRows, load_array, read_json, save_array
 
 FORMAT = "mlpmem.keystore/1"
 
@@ -95,43 +97,56 @@ def _settings(model, tokenizer, token_docs, layer, site, block_size, stride, bat
 
 def build_keystore(model, tokenizer, token_docs: list[np.ndarray], out_dir: str | Path, *, layer, site="ffn_input",
                    block_size=512, stride=256, batch_size=4, batches_per_shard=16, with_lm=False,
-                   precision="fp32", rebuild=False, progress=True, desc="keys") -> dict:
-    """Encode every scored target of ``token_docs`` into a keystore at ``out_dir``; resumable, idempotent."""
+                   precision="fp32", rebuild=False, progress=True, desc="keys", dist: Dist | None = None) -> dict:
+    """Encode every scored target of ``token_docs`` into a keystore at ``out_dir``; resumable, idempotent.
+
+    Shard s always holds windows ``[s * P, (s + 1) * P)`` with ``P = batch_size * batches_per_shard``, so
+    its bytes do not depend on which process builds it: under ``accelerate launch``/``torchrun`` each process
+    encodes a contiguous slice of the pending shards and process 0 merges the records in corpus order.
+    """
+    dist = dist or current()
     out_dir = Path(out_dir)
-    if rebuild:
-        shutil.rmtree(out_dir, ignore_errors=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    clean_temporaries(out_dir)
+    _check_context(model, block_size)
     settings = _settings(model, tokenizer, token_docs, layer, site, block_size, stride, batch_size,
                          batches_per_shard, with_lm, precision)
     windows = make_windows([len(t) for t in token_docs], block_size, stride)
     if not windows:
         raise MlpmemError("the corpus has no token to score (every document is shorter than 2 tokens)")
-    manifest = resume_manifest(out_dir, settings, "keystore", dict(
-        num_windows=len(windows), num_targets=sum(w.num_scored for w in windows), rows=0, shards=[], complete=False))
+    per_shard = batch_size * batches_per_shard
+    num_shards = -(-len(windows) // per_shard)
+    fresh = dict(num_windows=len(windows), num_targets=sum(w.num_scored for w in windows), rows=0, shards=[],
+                 complete=False)
+    manifest = open_build(out_dir, settings, fresh, rebuild, dist, "keystore")
     if manifest["complete"]:
         return manifest
-    per_shard = batch_size * batches_per_shard
-    done = sum(s["windows"] for s in manifest["shards"])
-    bar = tqdm(total=manifest["num_targets"], initial=manifest["rows"], desc=desc, unit="tok", disable=not progress,
-               dynamic_ncols=True)
-    while done < len(windows):
-        shard_windows = windows[done : done + per_shard]
+    done = done_indices(out_dir, manifest, f"keystore {out_dir}")
+    dist.barrier()  # every process has seen the same finished shards before any writes a new one
+    mine = my_slice([s for s in range(num_shards) if s not in done], dist)
+    scored = sum(w.num_scored for s in mine for w in windows[s * per_shard : (s + 1) * per_shard])
+    bar = tqdm(total=scored, desc=desc if dist.world == 1 else f"{desc} [rank {dist.rank}]", unit="tok",
+               disable=not progress, dynamic_ncols=True)
+    for s in mine:
+        shard_windows = windows[s * per_shard : (s + 1) * per_shard]
         parts = []
         for i in range(0, len(shard_windows), batch_size):
             batch = shard_windows[i : i + batch_size]
             parts.append(encode_windows(model, token_docs, batch, settings["layer"], site, with_lm, precision))
             bar.update(len(parts[-1].values))
-        manifest = _write_shard(out_dir, manifest, parts, len(shard_windows))
-        done += len(shard_windows)
+        manifest = _write_shard(out_dir, manifest, parts, len(shard_windows), s, num_shards, dist)
     bar.close()
-    manifest["complete"] = True
-    write_json(out_dir / MANIFEST, manifest)
-    return manifest
+    return finish_build(out_dir, num_shards, dist, "keystore")
 
 
-def _write_shard(out_dir: Path, manifest: dict, parts: list[EncodedBatch], num_windows: int) -> dict:
-    index = len(manifest["shards"])
+def _check_context(model, block_size: int) -> None:
+    limit = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+    if limit is not None and block_size > limit:
+        raise ConfigError(f"corpus.block_size={block_size} exceeds the backbone's context of {limit} positions")
+
+
+def _write_shard(out_dir: Path, manifest: dict, parts: list[EncodedBatch], num_windows: int, index: int,
+                 num_shards: int, dist: Dist) -> dict:
+    """Write shard ``index`` (files atomically, then its record); a single process also merges it at once,
+    so the manifest always shows the progress."""
     files = {
         "keys": save_array(out_dir, f"keys-{index:05d}.npy", np.concatenate([p.keys for p in parts])),
         "values": save_array(out_dir, f"values-{index:05d}.npy", np.concatenate([p.values for p in parts])),
@@ -139,9 +154,9 @@ def _write_shard(out_dir: Path, manifest: dict, parts: list[EncodedBatch], num_w
     if parts[0].lm_logprob is not None:
         files["lm"] = save_array(out_dir, f"lm-{index:05d}.npy", np.concatenate([p.lm_logprob for p in parts]))
     rows = files["values"]["shape"][0]
-    manifest["shards"].append({"index": index, "windows": num_windows, "rows": rows, "files": files})
-    manifest["rows"] += rows
-    write_json(out_dir / MANIFEST, manifest)
+    write_record(out_dir, {"index": index, "windows": num_windows, "rows": rows, "files": files})
+    if dist.world == 1:
+        manifest = merge_records(out_dir, manifest, num_shards, f"keystore {out_dir}")
     return manifest
 
 
@@ -184,6 +199,12 @@ class KeyStore:
             raise MlpmemError(f"keystore {self.path} has no field {name!r}")
         return np.concatenate([s[name] for s in self.shards])
 
+    def rows(self, name: str) -> ShardedRows:
+        """One field as a lazily read array of rows (bounded memory, for datastores larger than RAM)."""
+        if name not in self.shards[0]:
+            raise MlpmemError(f"keystore {self.path} has no field {name!r}")
+        return ShardedRows([s[name] for s in self.shards])
+
     def iter_shards(self, name: str):
-        for i, shard in enumerate(self.shards):
-            yield int(self.offsets[i]), shard[name]
+        """``(first_row, rows)`` of each shard in order, read one shard at a time."""
+        yield from self.rows(name).chunks()

@@ -7,18 +7,27 @@
   exact distances of the candidates from the fp16 keys and re-sorts them.
 Every search returns ``(dists (B, k) fp32, ids (B, k) int64)``, ascending, ids = datastore row ids
 (``-1`` where fewer than k candidates were found).
+
+Datastores larger than RAM: the FAISS indexes read keys one shard at a time (the training sample is
+gathered row by row from the memory-mapped shards), :meth:`FaissIndex.save` writes the index atomically
+with its sha256, and :func:`open_or_build` reopens it memory-mapped (``IO_FLAG_MMAP``: the codes stay on
+disk) after checking the checksum, so a rerun or another process never rebuilds it. When FAISS sees GPUs
+(the ``faiss-gpu`` build), search runs on them (``index_cpu_to_all_gpus``).
 """
 
 from __future__ import annotations
 
+import errno
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from mlpmem.errors import ConfigError, CorruptArtifact
+from mlpmem.shards import read_json, sha256_file, write_json, writing
 
 KINDS = ("auto", "exact", "ivf_flat", "ivf_pq")
 
@@ -54,10 +63,12 @@ class IndexConfig:
 
 
 def set_threads(n: int | None = None) -> int:
-    """Use every available core in torch and FAISS (or ``n``)."""
+    """Use the cores of this process in torch and FAISS (or ``n``, or ``MLPMEM_THREADS``): all of them, or an
+    equal share when ``torchrun``/``accelerate launch`` started several processes here (``LOCAL_WORLD_SIZE``)."""
     import faiss
 
-    n = n or len(os.sched_getaffinity(0))
+    n = n or int(os.environ.get("MLPMEM_THREADS", "0"))  # an explicit cap, e.g. on a shared machine
+    n = n or max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     torch.set_num_threads(n)
     faiss.omp_set_num_threads(n)
     return n
@@ -131,13 +142,48 @@ class FaissIndex:
             index = faiss.IndexIVFPQ(quantizer, d, nlist, cfg.pq_bytes, 8)
         rng = np.random.default_rng(cfg.seed)
         sample = np.sort(rng.choice(n, size=min(n, max(cfg.train_size, 256 * 39)), replace=False))
-        keys = store.array("keys")
-        _check_finite(keys, f"datastore {store.path}")
-        index.train(np.asarray(keys[sample], dtype=np.float32))
+        train = np.asarray(_rows(store)[sample], dtype=np.float32)  # (S, d): the only keys held at once
+        _check_finite(train, f"datastore {store.path}")
+        index.train(train)
+        del train
         for start, shard in store.iter_shards("keys"):
+            _check_finite(shard, f"datastore {store.path} (shard at row {start})")
             index.add(np.asarray(shard, dtype=np.float32))
         index.nprobe = min(cfg.nprobe, nlist)
         return cls(index, store, rerank=cfg.rerank and kind == "ivf_pq")
+
+    def save(self, folder: str | Path, settings: dict) -> None:
+        """Write ``index.faiss`` atomically and ``index.json`` with its sha256 and the settings it was built with."""
+        import faiss
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / "index.faiss.tmp"
+        index = faiss.index_gpu_to_cpu(self.index) if hasattr(faiss, "index_gpu_to_cpu") and _on_gpu(self.index) \
+            else self.index
+        with writing(tmp):
+            try:
+                faiss.write_index(index, str(tmp))
+            except RuntimeError as exc:  # FAISS reports a failed fwrite as a RuntimeError
+                raise OSError(errno.ENOSPC, str(exc).splitlines()[0]) from None
+        os.replace(tmp, folder / "index.faiss")
+        write_json(folder / "index.json", {"sha256": sha256_file(folder / "index.faiss"), "ntotal": self.ntotal,
+                                           "rerank": self.rerank, **settings})
+
+    @classmethod
+    def open(cls, folder: str | Path, store, settings: dict) -> "FaissIndex":
+        """Reopen a saved index memory-mapped; raises if it fails its checksum or was built otherwise."""
+        import faiss
+
+        folder = Path(folder)
+        meta = read_json(folder / "index.json", f"index {folder}")
+        for key, value in settings.items():
+            if meta.get(key) != value:
+                raise CorruptArtifact(f"index {folder} was built with {key}={meta.get(key)!r}, not {value!r}")
+        if sha256_file(folder / "index.faiss") != meta["sha256"]:
+            raise CorruptArtifact(f"index {folder}/index.faiss fails its checksum (truncated or corrupted)")
+        index = faiss.read_index(str(folder / "index.faiss"), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
+        return cls(_to_gpu(index), store, rerank=meta["rerank"])
 
     def search(self, queries, k: int):
         q = np.ascontiguousarray(np.asarray(queries, dtype=np.float32))
@@ -148,12 +194,30 @@ class FaissIndex:
 
     def _exact_rerank(self, q: np.ndarray, ids: np.ndarray):
         if self._all_keys is None:
-            self._all_keys = self.store.array("keys")
-        cand = self._all_keys[np.clip(ids, 0, None)].astype(np.float32)  # (B, k, d)
+            self._all_keys = _rows(self.store)
+        cand = self._all_keys[np.clip(ids, 0, None)].astype(np.float32)  # (B, k, d), gathered from the shards
         d = ((cand - q[:, None, :]) ** 2).sum(-1)
         d[ids < 0] = np.inf
         order = np.argsort(d, axis=1, kind="stable")
         return np.take_along_axis(d, order, 1), np.take_along_axis(ids, order, 1)
+
+
+def _rows(store):
+    """The keys of a store as rows read on demand (a KeyStore), or its in-memory array (a plain store)."""
+    return store.rows("keys") if hasattr(store, "rows") else store.array("keys")
+
+
+def _on_gpu(index) -> bool:
+    return "Gpu" in type(index).__name__
+
+
+def _to_gpu(index):
+    """Move a FAISS index to every visible GPU when FAISS was built with GPU support (faiss-gpu)."""
+    import faiss
+
+    if hasattr(faiss, "index_cpu_to_all_gpus") and faiss.get_num_gpus() > 0:
+        return faiss.index_cpu_to_all_gpus(index)
+    return index
 
 
 def build_index(store, cfg: IndexConfig):
@@ -161,4 +225,25 @@ def build_index(store, cfg: IndexConfig):
     kind = cfg.resolved_kind(store.num_rows)
     if kind == "exact":
         return ExactIndex(store.array("keys"))
-    return FaissIndex.build(store, cfg, kind)
+    index = FaissIndex.build(store, cfg, kind)
+    index.index = _to_gpu(index.index)
+    return index
+
+
+def open_or_build(store, cfg: IndexConfig, folder: str | Path, dist=None):
+    """The index of ``cfg`` over ``store``, saved in ``folder`` and reopened (checksum verified) when a
+    previous run or another process already built it; exact indexes are the keys themselves (not saved)."""
+    kind = cfg.resolved_kind(store.num_rows)
+    if kind == "exact":
+        return ExactIndex(store.array("keys"))
+    settings = {"kind": kind, "config": asdict(cfg), "datastore_rows": store.num_rows,
+                "datastore_manifest_sha": sha256_file(Path(store.path) / "manifest.json")}
+    folder = Path(folder)
+    if dist is None or dist.is_main:
+        try:
+            FaissIndex.open(folder, store, settings)
+        except CorruptArtifact:  # missing, stale or damaged: build it (again)
+            FaissIndex.build(store, cfg, kind).save(folder, settings)
+    if dist is not None:
+        dist.barrier()
+    return FaissIndex.open(folder, store, settings)

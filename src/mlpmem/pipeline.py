@@ -15,6 +15,7 @@ Every stage is idempotent: rerun, it reuses what is complete and resumes what is
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ import yaml
 
 from mlpmem.config import CorpusConfig, PipelineConfig
 from mlpmem.corpus import SPLITS, Document, read_documents, split_files, tokenize_documents
-from mlpmem.errors import CorpusError
+from mlpmem.errors import ConfigError, CorpusError
 from mlpmem.shards import read_json, write_json
 
 
@@ -34,8 +35,10 @@ class Run:
     def __init__(self, cfg: PipelineConfig, progress: bool = True):
         self.cfg, self.progress = cfg, progress
         self.dir = Path(cfg.run_dir)
+        self.is_main = int(os.environ.get("RANK", "0")) == 0  # under torchrun / accelerate launch
         self.dir.mkdir(parents=True, exist_ok=True)
-        (self.dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        if self.is_main:
+            (self.dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         self._backbone = None
 
     @property
@@ -47,9 +50,19 @@ class Run:
         return self._backbone
 
     def path(self, *parts: str) -> Path:
-        return self.dir.joinpath(*parts)
+        """A path inside the run folder; one that would escape it (``..``, an absolute part) is an error.
+
+        The check is lexical, so a sub-folder that is a symbolic link (a datastore on another disk) is allowed.
+        """
+        path = self.dir.joinpath(*parts)
+        inside = Path(os.path.abspath(path)).is_relative_to(os.path.abspath(self.dir))  # abspath normalizes ".."
+        if not inside:
+            raise ConfigError(f"path {path} escapes the run folder {self.dir}")
+        return path
 
     def record_timing(self, stage: str, **values) -> None:
+        if not self.is_main:
+            return
         path = self.path("timings.json")
         timings = read_json(path, "timings") if path.exists() else {}
         timings[stage] = values
@@ -265,19 +278,21 @@ def stage_train(run: Run, rebuild: bool = False, out: Path | None = None) -> dic
     from mlpmem.train import TrainData, train_memory
 
     set_threads()
-    out = Path(out) if out is not None else run.dir
-    if rebuild:
+    out = run.path(os.path.relpath(out, run.dir)) if out is not None else run.dir  # never outside the run
+    if rebuild and run.is_main:
         shutil.rmtree(out / "train", ignore_errors=True)
     store = KeyStore(run.path("datastore"))
     store.check_backbone(*run.backbone)
     teacher = TeacherStore(run.path("teacher"), datastore=store)
-    data = TrainData(store.array("keys"), store.array("values"), teacher.array("ids"), teacher.array("probs"),
-                     teacher.array("residual"))
+    # rows are read from the memory-mapped shards batch by batch: memory stays bounded for any datastore size
+    data = TrainData(store.rows("keys"), store.rows("values"), teacher.rows("ids"), teacher.rows("probs"),
+                     teacher.rows("residual"))
     memory = build_memory(run)
     state = train_memory(memory, data, eval_data(run, "validation"), run.cfg.train, out / "train", run.progress)
     state["memory_parameters"] = memory.num_parameters()
     state["memory_trainable_parameters"] = memory.num_parameters(trainable_only=True)
-    memory.save_pretrained(out / "memory")
+    if run.is_main:
+        memory.save_pretrained(out / "memory")
     if out == run.dir:
         run.record_timing("train", tokens=len(data.targets) * run.cfg.train.epochs, seconds=state["train_seconds"],
                           tokens_per_s=state["tokens_per_s"])

@@ -8,16 +8,42 @@ truncated or bit-flipped shard is detected when the artifact is opened.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
+import mmap
 import os
 from pathlib import Path
 
 import numpy as np
 
-from mlpmem.errors import CorruptArtifact
+from mlpmem.errors import CorruptArtifact, MlpmemError
 
 MANIFEST = "manifest.json"
+FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+FSYNC = os.environ.get("MLPMEM_FSYNC", "1") != "0"
+"""fsync every file before its rename (survives power loss; a killed process needs only the rename).
+``MLPMEM_FSYNC=0`` skips it, e.g. for tests on a busy disk."""
+
+
+class DiskFull(MlpmemError):
+    """The disk (or a quota / file-size limit) filled up during a write; what was committed before is intact."""
+
+
+@contextlib.contextmanager
+def writing(tmp: Path):
+    """Write ``tmp``; on any failure remove it, and turn a full disk into a one-line :class:`DiskFull`."""
+    try:
+        yield
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        short = isinstance(exc, OSError) and exc.errno is None and "written" in str(exc)  # numpy's short write
+        if isinstance(exc, OSError) and (exc.errno in FULL or short):
+            cause = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise DiskFull(f"disk full while writing {tmp.parent}/{tmp.name.removesuffix('.tmp')} "
+                           f"({cause}): free space and rerun, finished work is kept") from None
+        raise
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
@@ -30,10 +56,11 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with writing(tmp), open(tmp, "wb") as f:
         f.write(data)
         f.flush()
-        os.fsync(f.fileno())
+        if FSYNC:
+            os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
@@ -54,10 +81,11 @@ def save_array(folder: Path, name: str, array: np.ndarray) -> dict:
     """Write ``array`` to ``folder/name`` atomically; return ``{"name", "sha256", "shape", "dtype"}``."""
     path = folder / name
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with writing(tmp), open(tmp, "wb") as f:
         np.save(f, np.ascontiguousarray(array), allow_pickle=False)
         f.flush()
-        os.fsync(f.fileno())
+        if FSYNC:
+            os.fsync(f.fileno())
     os.replace(tmp, path)
     return {"name": name, "sha256": sha256_file(path), "shape": list(array.shape), "dtype": str(array.dtype)}
 
@@ -107,3 +135,57 @@ def resume_manifest(out_dir: Path, settings: dict, what: str, fresh: dict) -> di
     manifest = dict(settings, **fresh)
     write_json(path, manifest)
     return manifest
+
+
+def release(array: np.ndarray) -> None:
+    """Drop the pages of a memory-mapped shard from this process (they stay in the OS page cache), so that
+    streaming over a datastore larger than RAM keeps the resident set bounded."""
+    handle = getattr(array, "_mmap", None)
+    if handle is not None and hasattr(mmap, "MADV_DONTNEED"):
+        handle.madvise(mmap.MADV_DONTNEED)
+
+
+class ShardedRows:
+    """One field of a sharded artifact as a single read-only array of rows, read on demand.
+
+    ``rows[idx]`` (an int array of any shape, or a slice) gathers those rows from the memory-mapped shards
+    and releases the touched pages afterwards; nothing is ever concatenated in RAM.
+    """
+
+    def __init__(self, arrays: list[np.ndarray]):
+        self.arrays = arrays
+        self.offsets = np.cumsum([0] + [len(a) for a in arrays])  # shard i holds rows offsets[i]:offsets[i+1]
+        self.shape = (int(self.offsets[-1]), *arrays[0].shape[1:])
+        self.dtype = arrays[0].dtype
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, idx) -> np.ndarray:
+        if isinstance(idx, slice):
+            idx = np.arange(*idx.indices(len(self)))
+        idx = np.asarray(idx, dtype=np.int64)
+        flat = idx.ravel()
+        if flat.size and (flat.min() < 0 or flat.max() >= len(self)):
+            raise IndexError(f"row index out of range [0, {len(self)})")
+        out = np.empty((flat.size, *self.shape[1:]), dtype=self.dtype)
+        shard = np.searchsorted(self.offsets, flat, side="right") - 1
+        order = np.argsort(flat, kind="stable")  # sorted reads are sequential within each shard
+        cuts = np.searchsorted(shard[order], np.arange(len(self.arrays) + 1))
+        for s in range(len(self.arrays)):
+            sel = order[cuts[s] : cuts[s + 1]]
+            if len(sel):
+                out[sel] = self.arrays[s][flat[sel] - self.offsets[s]]
+                release(self.arrays[s])
+        return out.reshape(*idx.shape, *self.shape[1:])
+
+    def __array__(self, dtype=None, copy=None):
+        whole = np.concatenate(self.arrays)
+        return whole if dtype is None else whole.astype(dtype)
+
+    def chunks(self):
+        """``(first_row, rows)`` of every shard in order, each read into RAM and released after use."""
+        for i, array in enumerate(self.arrays):
+            chunk = np.array(array)
+            release(array)
+            yield int(self.offsets[i]), chunk

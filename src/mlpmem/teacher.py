@@ -13,7 +13,6 @@ Teacher shard i covers the rows of datastore shard i, so a killed build resumes 
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,10 +21,11 @@ import torch
 from tqdm.auto import tqdm
 
 from mlpmem.datastore import KeyStore
+from mlpmem.distributed import (Dist, current, done_indices, finish_build, merge_records, my_slice, open_build,
+                                write_record)
 from mlpmem.errors import ConfigError, CorruptArtifact, FingerprintMismatch
-from mlpmem.index import IndexConfig, build_index
-from mlpmem.shards import (MANIFEST, clean_temporaries, load_array, read_json, resume_manifest, save_array,
-                           sha256_file, write_json)
+from mlpmem.index import IndexConfig, open_or_build
+from mlpmem.shards import MANIFEST, ShardedRows, load_array, read_json, release, save_array, sha256_file
 
 FORMAT = "mlpmem.teacher/1"
 
@@ -46,7 +46,7 @@ class TeacherConfig:
             self.index = IndexConfig(**self.index)
         if self.k < 1 or self.top_k < 1 or self.query_batch < 1:
             raise ConfigError("teacher k, top_k and query_batch must be >= 1")
-        if not self.temperature > 0:
+        if not 0 < self.temperature < float("inf"):
             raise ConfigError(f"teacher temperature must be > 0, got {self.temperature}")
 
 
@@ -126,28 +126,35 @@ def _settings(store: KeyStore, cfg: TeacherConfig) -> dict:
 
 
 def build_teacher(datastore_dir: str | Path, out_dir: str | Path, cfg: TeacherConfig, rebuild=False,
-                  progress=True) -> dict:
-    """Search every datastore position's neighbours (self excluded) and store sparse top-K targets."""
+                  progress=True, dist: Dist | None = None) -> dict:
+    """Search every datastore position's neighbours (self excluded) and store sparse top-K targets.
+
+    Teacher shard s covers datastore shard s. Under ``accelerate launch``/``torchrun`` each process searches
+    a contiguous slice of the pending shards against the shared index (a FAISS index is built once, saved
+    under ``out_dir/index`` and reopened memory-mapped by every process) and process 0 merges the records.
+    """
     from mlpmem.index import set_threads
 
+    dist = dist or current()
     set_threads()
     store = KeyStore(datastore_dir)
     if cfg.k >= store.num_rows:
         raise ConfigError(f"teacher k={cfg.k} must be smaller than the datastore ({store.num_rows} keys)")
     out_dir = Path(out_dir)
-    if rebuild:
-        shutil.rmtree(out_dir, ignore_errors=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    clean_temporaries(out_dir)
-    manifest = resume_manifest(out_dir, _settings(store, cfg), "teacher",
-                               dict(rows=0, shards=[], complete=False, bytes_per_token=None))
+    num_shards = len(store.shards)
+    manifest = open_build(out_dir, _settings(store, cfg), dict(rows=0, shards=[], complete=False,
+                                                                 bytes_per_token=cfg.top_k * 6 + 4), rebuild, dist,
+                           "teacher")
     if manifest["complete"]:
         return manifest
-    index = build_index(store, cfg.index)
-    values = store.array("values")
-    bar = tqdm(total=store.num_rows, initial=manifest["rows"], desc="teacher", unit="tok", disable=not progress,
-               dynamic_ncols=True)
-    for s in range(len(manifest["shards"]), len(store.shards)):
+    done = done_indices(out_dir, manifest, f"teacher {out_dir}")
+    dist.barrier()
+    mine = my_slice([s for s in range(num_shards) if s not in done], dist)
+    index = open_or_build(store, cfg.index, out_dir / "index", dist)
+    values = store.rows("values")
+    bar = tqdm(total=sum(store.shards[s]["keys"].shape[0] for s in mine), unit="tok", disable=not progress,
+               desc="teacher" if dist.world == 1 else f"teacher [rank {dist.rank}]", dynamic_ncols=True)
+    for s in mine:
         keys, offset = store.shards[s]["keys"], int(store.offsets[s])
         parts = []
         for b in range(0, len(keys), cfg.query_batch):
@@ -156,24 +163,24 @@ def build_teacher(datastore_dir: str | Path, out_dir: str | Path, cfg: TeacherCo
             parts.append(knn_sparse(d, i, values, np.arange(offset + b, offset + b + len(q)), cfg.k,
                                     cfg.temperature, cfg.top_k))
             bar.update(len(q))
-        _write_shard(out_dir, manifest, s, parts)
+        release(keys)
+        manifest = _write_shard(out_dir, manifest, s, parts, num_shards, dist)
     bar.close()
-    manifest["complete"] = True
-    write_json(out_dir / MANIFEST, manifest)
-    return manifest
+    return finish_build(out_dir, num_shards, dist, "teacher")
 
 
-def _write_shard(out_dir: Path, manifest: dict, index: int, parts) -> None:
+def _write_shard(out_dir: Path, manifest: dict, index: int, parts, num_shards: int = 0,
+                 dist: Dist | None = None) -> dict:
     ids, probs, residual = (np.concatenate(x) for x in zip(*parts))
     files = {
         "ids": save_array(out_dir, f"ids-{index:05d}.npy", ids.astype(np.int32)),
         "probs": save_array(out_dir, f"probs-{index:05d}.npy", probs.astype(np.float16)),
         "residual": save_array(out_dir, f"residual-{index:05d}.npy", residual.astype(np.float32)),
     }
-    manifest["shards"].append({"index": index, "rows": len(ids), "files": files})
-    manifest["rows"] += len(ids)
-    manifest["bytes_per_token"] = ids.shape[1] * (4 + 2) + 4
-    write_json(out_dir / MANIFEST, manifest)
+    write_record(out_dir, {"index": index, "rows": len(ids), "files": files})
+    if dist is None or dist.world == 1:
+        manifest = merge_records(out_dir, manifest, num_shards, f"teacher {out_dir}")
+    return manifest
 
 
 class TeacherStore:
@@ -201,3 +208,7 @@ class TeacherStore:
 
     def array(self, name: str) -> np.ndarray:
         return np.concatenate([s[name] for s in self.shards])
+
+    def rows(self, name: str) -> ShardedRows:
+        """One field (``ids``, ``probs``, ``residual``) as rows read on demand from the shards."""
+        return ShardedRows([s[name] for s in self.shards])

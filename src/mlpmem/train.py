@@ -3,15 +3,20 @@
 Inputs are the stored keys of the datastore and the sparse teacher rows (never a dense
 [tokens, vocab] target). Each epoch visits every position once in a seeded order that depends only on
 (seed, epoch), so a run resumed from a checkpoint sees exactly the batches an uninterrupted run sees.
-AdamW, linear warmup then cosine decay, gradient clipping; the loop runs under ``accelerate`` (each
-process takes every ``world``-th batch of the shared order). Checkpoints are safetensors only:
-the memory (``save_pretrained``), the optimizer moments and a JSON trainer state.
+AdamW, linear warmup then cosine decay, gradient clipping. The loop runs under ``accelerate``: launched
+with N processes (``accelerate launch`` / ``torchrun``) it is data-parallel (DDP): every process takes
+every N-th row of each batch of the shared order, reads only those rows from the memory-mapped shards,
+and scales its loss by ``N · n_rank / n_batch`` so that DDP's gradient average is exactly the gradient of
+the whole batch's mean loss; 1 and N processes then take the same steps up to float summation order.
+Checkpoints are safetensors only: the memory (``save_pretrained``), the optimizer moments and a JSON
+trainer state holding the sha256 of both files, checked when the checkpoint is opened.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -28,7 +33,7 @@ from mlpmem.eval.perplexity import best_lambda, lambda_curve, perplexity
 from mlpmem.loss import check_alpha, sparse_hybrid_loss
 from mlpmem.memory import MLPMemory
 from mlpmem.mixing import check_lambda
-from mlpmem.shards import read_json, write_json
+from mlpmem.shards import FULL, DiskFull, read_json, sha256_file, write_json
 
 
 @dataclass
@@ -136,17 +141,20 @@ def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
 # Checkpoints (safetensors + JSON; nothing is unpickled)
 
 
+CHECKPOINT_FILES = ("memory/model.safetensors", "optimizer.safetensors")
+
+
 def save_checkpoint(folder: Path, memory: MLPMemory, optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """Write the checkpoint to ``<folder>.tmp``, then swap it in (a full disk leaves the previous one intact)."""
     tmp = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    memory.save_pretrained(tmp / "memory")
-    tensors = {}
-    for i, p in enumerate(g for group in optimizer.param_groups for g in group["params"]):
-        for name, value in optimizer.state.get(p, {}).items():
-            tensors[f"{i}.{name}"] = torch.as_tensor(value).detach().clone().contiguous()
-    save_file(tensors, str(tmp / "optimizer.safetensors"))
-    write_json(tmp / "trainer_state.json", state)
+    try:
+        _write_checkpoint(tmp, memory, optimizer, state)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if exc.errno in FULL:
+            raise DiskFull(f"disk full while writing checkpoint {folder} ({os.strerror(exc.errno)}): free space "
+                           "and rerun, the previous checkpoint is kept") from None
+        raise
     old = folder.with_name(folder.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
     if folder.exists():
@@ -155,8 +163,39 @@ def save_checkpoint(folder: Path, memory: MLPMemory, optimizer: torch.optim.Opti
     shutil.rmtree(old, ignore_errors=True)
 
 
+def _write_checkpoint(tmp: Path, memory: MLPMemory, optimizer: torch.optim.Optimizer, state: dict) -> None:
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    memory.save_pretrained(tmp / "memory")
+    tensors = {}
+    for i, p in enumerate(g for group in optimizer.param_groups for g in group["params"]):
+        for name, value in optimizer.state.get(p, {}).items():
+            tensors[f"{i}.{name}"] = torch.as_tensor(value).detach().clone().contiguous()
+    save_file(tensors, str(tmp / "optimizer.safetensors"))
+    files = {name: sha256_file(tmp / name) for name in CHECKPOINT_FILES}
+    write_json(tmp / "trainer_state.json", dict(state, files=files))
+
+
+def recover_checkpoint(folder: Path) -> None:
+    """A kill between the two renames of :func:`save_checkpoint` leaves only ``<folder>.old``: put it back."""
+    old = folder.with_name(folder.name + ".old")
+    if not folder.exists() and (old / "trainer_state.json").exists():
+        old.rename(folder)
+
+
+def verify_checkpoint(folder: Path) -> dict:
+    """The trainer state of a checkpoint whose files match the sha256 it records (older checkpoints, without
+    checksums, are read as before)."""
+    state = read_json(folder / "trainer_state.json", "trainer state")
+    for name, digest in state.pop("files", {}).items():
+        if not (folder / name).is_file() or sha256_file(folder / name) != digest:
+            raise CorruptArtifact(f"checkpoint {folder}: {name} fails its checksum (truncated or corrupted)")
+    return state
+
+
 def load_checkpoint(folder: Path, memory: MLPMemory, optimizer: torch.optim.Optimizer) -> dict:
     """Restore the memory weights and optimizer moments saved by :func:`save_checkpoint`; return its state."""
+    state = verify_checkpoint(folder)
     try:
         weights = load_file(str(folder / "memory" / "model.safetensors"))
         moments = load_file(str(folder / "optimizer.safetensors"))
@@ -170,7 +209,7 @@ def load_checkpoint(folder: Path, memory: MLPMemory, optimizer: torch.optim.Opti
     for key, value in moments.items():
         index, name = key.split(".", 1)
         optimizer.state[params[int(index)]][name] = value
-    return read_json(folder / "trainer_state.json", "trainer state")
+    return state
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,6 +238,9 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(s, total, cfg))
     ckpt = out_dir / "checkpoint"
     state = {"step": 0, "history": [], "train_seconds": 0.0, "config": asdict(cfg)}
+    if accelerator.is_main_process:
+        recover_checkpoint(ckpt)
+    accelerator.wait_for_everyone()
     if (ckpt / "trainer_state.json").exists():
         state = load_checkpoint(ckpt, memory, optimizer)
         if state["config"] != asdict(cfg):
@@ -216,14 +258,14 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
         epoch, in_epoch = divmod(step, steps_per_epoch)
         order = epoch_order(len(data.targets), cfg.seed, epoch)
         idx = order[in_epoch * cfg.batch_size : (in_epoch + 1) * cfg.batch_size]
-        idx = idx[accelerator.process_index :: accelerator.num_processes]
-        batch = data.batch(idx)
+        mine, weight = rank_rows(idx, accelerator.process_index, accelerator.num_processes)
+        batch = data.batch(mine)
         memory.train()
         with autocast(memory, cfg.precision):  # not accelerate's mixed_precision: that is fixed per process
             logits = memory(batch["keys"])  # (B, V)
         loss, parts = sparse_hybrid_loss(logits, batch["teacher_ids"], batch["teacher_probs"],
                                          batch["teacher_residual"], batch["targets"], cfg.alpha, cfg.loss_chunk)
-        accelerator.backward(loss)
+        accelerator.backward(loss * weight)
         accelerator.clip_grad_norm_(trainable, cfg.grad_clip)
         optimizer.step()
         scheduler.step()
@@ -234,7 +276,7 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
         bar.set_postfix(loss=f"{parts['loss'].item():.3f}", kl=f"{parts['kl'].item():.3f}",
                         ce=f"{parts['ce'].item():.3f}", tok_s=f"{step * cfg.batch_size / max(elapsed, 1e-9):.0f}")
         end_of_epoch = step % steps_per_epoch == 0
-        if end_of_epoch:
+        if end_of_epoch and accelerator.is_main_process:  # the other processes' weights are the same
             memory.eval()
             metrics = evaluate(accelerator.unwrap_model(memory), val, cfg.eval_lambdas)
             state["history"].append({"epoch": epoch + 1, "step": step, "loss": parts["loss"].item(), **metrics})
@@ -249,6 +291,22 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
             break
     bar.close()
     state.update(step=step, train_seconds=time.perf_counter() - t_start,
-                 tokens_per_s=step * cfg.batch_size / max(time.perf_counter() - t_start, 1e-9))
-    write_json(out_dir / "train_state.json", {k: v for k, v in state.items()})
+                 tokens_per_s=step * cfg.batch_size / max(time.perf_counter() - t_start, 1e-9),
+                 processes=accelerator.num_processes)
+    if accelerator.is_main_process:
+        write_json(out_dir / "train_state.json", {k: v for k, v in state.items()})
+    accelerator.wait_for_everyone()
     return state
+
+
+def rank_rows(idx: np.ndarray, rank: int, world: int) -> tuple[np.ndarray, float]:
+    """This process's rows of a batch (every ``world``-th) and its loss weight ``world · n_rank / n_batch``.
+
+    With DDP averaging the gradients of the ``world`` processes, the weights make the update equal to the
+    gradient of the mean loss over the whole batch, whatever its size. A process left without a row (a
+    batch smaller than ``world``) runs one row at weight 0, so that every process joins the gradient sum.
+    """
+    mine = idx[rank::world]
+    if len(mine) == 0:
+        return idx[:1], 0.0
+    return mine, world * len(mine) / len(idx)

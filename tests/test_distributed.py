@@ -1,0 +1,123 @@
+"""Two processes under ``accelerate launch --multi_gpu`` on CPUs (gloo) give the single-process datastore, teacher and memory."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from mlpmem.distributed import Dist, merge_records, my_slice, read_records, write_record
+from mlpmem.shards import save_array
+
+import _stage_worker as worker
+
+WORKER = Path(__file__).parent / "_stage_worker.py"
+ROOT = Path(__file__).parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _no_fsync(monkeypatch):
+    """Skip fsync here as in the workers (MLPMEM_FSYNC=0): a kill keeps the page cache, and fsync on a busy
+    disk costs seconds per file."""
+    import mlpmem.shards
+
+    monkeypatch.setattr(mlpmem.shards, "FSYNC", False)
+    monkeypatch.setenv("MLPMEM_FSYNC", "0")
+    monkeypatch.setenv("MLPMEM_THREADS", "1")  # tiny models: one thread, no oversubscription with workers
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(backbone_dir, out, stages: str, processes: int = 2, **env) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           "--main_process_port", str(free_port()), str(WORKER), str(backbone_dir), str(out), stages]
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", **env)
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+
+
+def same_files(a: Path, b: Path, pattern: str = "*.npy") -> list[str]:
+    names = sorted(p.name for p in a.glob(pattern))
+    assert names and names == sorted(p.name for p in b.glob(pattern))
+    for name in names:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    return names
+
+
+def manifest(folder: Path) -> dict:
+    return json.loads((folder / "manifest.json").read_text())
+
+
+def test_my_slice_is_a_balanced_partition():
+    for n in range(0, 12):
+        for world in (1, 2, 3, 5):
+            parts = [my_slice(list(range(n)), Dist(r, world)) for r in range(world)]
+            assert sum(parts, []) == list(range(n))
+            assert max(map(len, parts)) - min(map(len, parts)) <= 1
+
+
+def test_records_merge_in_corpus_order_whatever_the_finishing_order(tmp_path):
+    for index in (2, 0, 1):  # processes finish their shards in any order
+        files = {"x": save_array(tmp_path, f"x-{index:05d}.npy", np.full(index + 1, index, np.int32))}
+        write_record(tmp_path, {"index": index, "rows": index + 1, "files": files})
+    assert sorted(read_records(tmp_path, "t")) == [0, 1, 2]
+    merged = merge_records(tmp_path, {"shards": [], "rows": 0}, 3, "t")
+    assert [s["index"] for s in merged["shards"]] == [0, 1, 2] and merged["rows"] == 6 and merged["complete"]
+    assert not list(tmp_path.glob("part-*.json"))
+    (tmp_path / "x-00001.npy").write_bytes(b"broken")  # a record whose shard no longer verifies is dropped
+    write_record(tmp_path, merged["shards"][1])
+    assert read_records(tmp_path, "t") == {}
+
+
+def test_two_processes_equal_one_process(tiny_backbone_dir, tmp_path):
+    """datastore and teacher byte-identical; the trained memory within 1e-5 (float summation order)."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    for stage in ("datastore", "teacher", "train"):
+        worker.run_stage(stage, tiny_backbone_dir, one)
+    proc = launch(tiny_backbone_dir, two, "datastore,teacher,train")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(manifest(two / "ds")["shards"]) > 2  # both processes had shards to write
+    assert same_files(one / "ds", two / "ds")
+    assert manifest(one / "ds")["shards"] == manifest(two / "ds")["shards"]
+    assert same_files(one / "teacher", two / "teacher")
+    a = load_file(str(one / "memory" / "model.safetensors"))
+    b = load_file(str(two / "memory" / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-5, atol=1e-5, msg=name)
+    state = json.loads((two / "train" / "train_state.json").read_text())
+    assert state["processes"] == 2 and state["step"] == json.loads((one / "train" / "train_state.json").read_text())["step"]
+
+
+def test_two_processes_share_one_saved_faiss_index(tiny_backbone_dir, tmp_path):
+    """The IVF index is built once, saved with its checksum and reopened by both processes; a process killed
+    mid-build leaves shards that a single-process rerun completes to the same bytes."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    for stage in ("datastore", "teacher-ivf"):
+        worker.run_stage(stage, tiny_backbone_dir, one)
+    proc = launch(tiny_backbone_dir, two, "datastore", MLPMEM_TEST_KILL_AT="4", MLPMEM_TEST_KILL_RANK="1")
+    assert proc.returncode != 0  # rank 1 died after writing some of its shards; the launcher stopped rank 0
+    assert not manifest(two / "ds")["complete"]
+    worker.run_stage("datastore", tiny_backbone_dir, two)  # resume with another number of processes
+    assert same_files(one / "ds", two / "ds")
+    assert manifest(one / "ds")["shards"] == manifest(two / "ds")["shards"]
+    proc = launch(tiny_backbone_dir, two, "teacher-ivf")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (two / "teacher" / "index" / "index.faiss").exists()
+    meta = json.loads((two / "teacher" / "index" / "index.json").read_text())
+    assert meta["kind"] == "ivf_flat" and meta["ntotal"] == manifest(one / "ds")["rows"]
+    assert same_files(one / "teacher", two / "teacher")
