@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 DEFAULT_CONFIG = "configs/default.yaml"
 
@@ -34,6 +35,8 @@ def add_arguments(choices: dict) -> None:
     p.add_argument("--no-ladder", dest="ladder", action="store_false", default=None,
                    help="skip the memory timed without each optimization")
     p.add_argument("--knn-min-keys", type=int, help="keys in the kNN-LM index (default 1,000,000)")
+    p.add_argument("--knn-nlist", type=int, help="IVF lists of the kNN-LM index (default 4096)")
+    p.add_argument("--knn-nprobe", type=int, help="lists searched per query (default 32)")
     p.add_argument("--rag-retriever", choices=("dense", "bm25"), help="RAG retriever (default dense)")
     p.add_argument("--lam", type=float, help="memory λ (default: the run's; 0.3 if the run chose 0)")
     p = choices["bench-offline"]
@@ -51,8 +54,14 @@ def bench_infer(args: argparse.Namespace) -> None:
 
     values = _given(args, ("threads", "repeats", "out_dir", "prompt_tokens", "new_tokens", "batch_sizes", "warmup",
                            "methods", "ladder", "rag_retriever", "lam"))
+    knn = KnnSetupConfig()
     if args.knn_min_keys is not None:
-        values["knn"] = KnnSetupConfig(min_keys=args.knn_min_keys)
+        knn.min_keys = args.knn_min_keys
+    if args.knn_nlist is not None:  # FAISS wants >= 39 training keys per list
+        knn.index = dataclasses.replace(knn.index, nlist=args.knn_nlist, train_size=39 * args.knn_nlist)
+    if args.knn_nprobe is not None:
+        knn.index = dataclasses.replace(knn.index, nprobe=args.knn_nprobe)
+    values["knn"] = knn
     main(args.config, InferBenchConfig(**values), progress=not args.quiet)
 
 

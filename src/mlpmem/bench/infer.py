@@ -481,7 +481,7 @@ def plot(results: dict, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     names = [n for n in ("backbone", "memory", "rag", "knnlm", "knnlm-exact") if n in results["methods"]]
-    labels = {"backbone": "Backbone", "memory": "+ MLP Memory", "rag": "RAG", "knnlm": "kNN-LM\n(IVF-PQ)",
+    labels = {"backbone": "Backbone", "memory": "Backbone\n+ MLP Memory", "rag": "RAG", "knnlm": "kNN-LM\n(IVF-PQ)",
               "knnlm-exact": "kNN-LM\n(exact)"}
     ttft = [1e3 * results["methods"][n]["1"]["ttft_s"]["median"] for n in names]
     tps = [results["methods"][n]["1"]["decode_tok_s"]["median"] for n in names]
