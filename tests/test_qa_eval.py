@@ -15,6 +15,7 @@ def test_prompts_and_stops():
     assert qa_prompt("Who?", ["p1", "p2"]) == "Context:\np1\n\np2\n\nQuestion: Who?\nAnswer:"
     assert cut_at_stop(" Paris\nQuestion: next") == "Paris"
     assert cut_at_stop(" Paris Question: x") == "Paris"
+    assert cut_at_stop("\n Paris\nmore") == "Paris"
     assert closed_book_prompts([{"question": "The country of X is", "cloze": True}]) == ["The country of X is"]
 
 

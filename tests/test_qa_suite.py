@@ -87,6 +87,12 @@ def test_qa_report_end_to_end(qa_setup, capsys):
     mtime = (tmp / "qa" / "synthetic" / "methods" / "cpt.json").stat().st_mtime
     assert main(["qa-report", str(tmp / "suite.yaml"), "--quiet", "--no-ablations"]) == 0
     assert (tmp / "qa" / "synthetic" / "methods" / "cpt.json").stat().st_mtime == mtime
+    (tmp / "qa" / "synthetic" / "methods" / "lora.json").unlink()  # as if interrupted before LoRA finished
+    (tmp / "docs" / "report.md").unlink()
+    assert main(["qa-report", str(tmp / "suite.yaml"), "--quiet", "--report-only"]) == 0
+    assert not (tmp / "qa" / "synthetic" / "methods" / "lora.json").exists()
+    report = (tmp / "docs" / "report.md").read_text()
+    assert "| LoRA |" not in report and "| CPT |" in report and "ablation-alpha.png" in report
 
 
 def test_eval_qa_command(qa_setup, tiny_backbone_dir, capsys):
@@ -113,4 +119,4 @@ def test_suite_config_validation(tmp_path):
     with pytest.raises(ConfigError):
         QASuiteConfig(benchmarks={"synthetic": {"pipeline": "x"}}, methods=["memory"])
     cfg = QASuiteConfig.from_yaml("configs/qa/report.yaml")
-    assert set(cfg.benchmarks) == {"synthetic", "disfl_qa"} and cfg.methods == list(METHODS)
+    assert set(cfg.benchmarks) == {"synthetic", "disfl_qa"} and set(cfg.methods) == set(METHODS)

@@ -22,6 +22,8 @@ def add_arguments(choices) -> None:
     p.add_argument("--quiet", action="store_true")
     r = choices["qa-report"]
     r.add_argument("--no-ablations", action="store_true", help="skip the ablation studies")
+    r.add_argument("--report-only", action="store_true",
+                   help="compute nothing: write the report from what earlier (interrupted) runs finished")
 
 
 def cmd_eval_qa(args) -> None:
@@ -50,7 +52,7 @@ def cmd_qa_report(args) -> None:
     cfg = QASuiteConfig.from_yaml(args.config, args.set)
     if args.no_ablations:
         cfg.ablations = None
-    results = run_suite(cfg, progress=not args.quiet)
+    results = run_suite(cfg, progress=not args.quiet, compute=not args.report_only)
     command = f"mlpmem qa-report {args.config}" + "".join(f" --set {s}" for s in args.set)
     path = write_report(results, cfg.docs_dir, command)
     print(path.read_text())

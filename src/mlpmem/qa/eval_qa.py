@@ -5,8 +5,9 @@
 or :class:`~mlpmem.baselines.knnlm_decode.KnnLMDecoder` (kNN-LM at every step). Prompts are built by
 ``prompt_fn(questions) -> prompts`` (closed book by default, RAG passes retrieved passages).
 
-Batches are left-padded so the last prompt token sits at the same position in every row; the decoded
-text is cut at the first stop string (``generate`` also stops a row there, to save steps).
+Batches are left-padded so the last prompt token sits at the same position in every row; each row
+decodes ``max_new_tokens`` tokens and the text is cut at the first stop string after any leading
+whitespace (small models often open the answer with a newline, so ``generate`` is not stopped early).
 
 λ for a mixed model is chosen by :func:`tune_lambda` on a validation split of the questions: highest
 F1, then highest EM, ties to the smaller λ.
@@ -61,7 +62,7 @@ def generate_answers(model, tokenizer, prompts: list[str], cfg: GenerationConfig
                           add_special_tokens=False)
         ids = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                              max_new_tokens=cfg.max_new_tokens, do_sample=False, num_beams=1,
-                             pad_token_id=tokenizer.pad_token_id, stop_strings=list(stops), tokenizer=tokenizer)
+                             pad_token_id=tokenizer.pad_token_id)
         new = ids[:, batch["input_ids"].shape[1] :]  # (B, new)
         out += [cut_at_stop(t, stops) for t in tokenizer.batch_decode(new, skip_special_tokens=True)]
     return out

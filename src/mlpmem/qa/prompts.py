@@ -35,8 +35,8 @@ def qa_prompt(question: str, passages: list[str] | None = None) -> str:
 
 
 def cut_at_stop(text: str, stops: tuple[str, ...] = STOP_STRINGS) -> str:
-    """``text`` up to the first stop string, stripped (a leading newline is skipped first)."""
-    text = text.lstrip(" ")
+    """``text`` up to the first stop string, stripped (leading whitespace, newlines included, is skipped first)."""
+    text = text.lstrip()
     cut = len(text)
     for stop in stops:
         at = text.find(stop)

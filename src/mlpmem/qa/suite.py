@@ -359,6 +359,29 @@ def no_regression(model, tokenizer, items: dict, gen: GenerationConfig) -> dict:
 # The suite
 
 
+def collect_benchmark(cfg: QASuiteConfig, name: str) -> dict | None:
+    """What an earlier (possibly interrupted) suite finished for one benchmark, without computing anything."""
+    bench_dir = Path(cfg.out_dir) / name
+    memory = bench_dir / "memory-run" / "results.json"
+    if not memory.exists():
+        return None
+    out = {"memory_run": read_json(memory, "memory run results"), "methods": {},
+           "questions": {k: len(v) for k, v in question_splits(bench_dir / "data", cfg.benchmarks[name]).items()}}
+    for method in cfg.methods:
+        path = bench_dir / "methods" / f"{method}.json"
+        if path.exists():
+            out["methods"][method] = read_json(path, f"{method} results")
+    _add_chance(cfg, name, out)
+    return out
+
+
+def _add_chance(cfg: QASuiteConfig, name: str, out: dict) -> None:
+    if name == "synthetic":
+        from mlpmem.qa.synthetic import SyntheticConfig, chance_accuracy, generate
+
+        out["chance_em_held_out"] = 100 * chance_accuracy(generate(SyntheticConfig(**cfg.benchmarks[name].options)))
+
+
 def run_benchmark(cfg: QASuiteConfig, name: str, backbone, progress: bool = True) -> dict:
     ctx = Context(cfg, name, backbone, progress)
     state = {"memory_results": ctx.memory_results()}
@@ -381,46 +404,52 @@ def run_benchmark(cfg: QASuiteConfig, name: str, backbone, progress: bool = True
         write_json(path, result)
         out["methods"][method] = result
         del model
-    if name == "synthetic":
-        from mlpmem.qa.synthetic import SyntheticConfig, chance_accuracy, generate
-
-        out["chance_em_held_out"] = 100 * chance_accuracy(generate(SyntheticConfig(**cfg.benchmarks[name].options)))
+    _add_chance(cfg, name, out)
     return out
 
 
-def run_ablations(cfg: QASuiteConfig, backbone, progress: bool = True) -> dict:
+def run_ablations(cfg: QASuiteConfig, backbone, progress: bool = True, train: bool = True) -> dict:
+    """The ablation studies on their own pipeline run; with ``train=False`` only the finished ones are collected."""
     from mlpmem.ablation import run_study
     from mlpmem.config import PipelineConfig
     from mlpmem.pipeline import Run, stage_datastore, stage_knnlm, stage_teacher
 
-    if cfg.ablations is None:  # keep what an earlier run measured
-        previous = Path(cfg.out_dir) / "results.json"
-        return read_json(previous, "qa results").get("ablations", {}) if previous.exists() else {}
-    pcfg = PipelineConfig.from_yaml(cfg.ablations.pipeline)
-    run = Run(pcfg, progress)
-    run._backbone = backbone
-    stage_datastore(run)
-    stage_knnlm(run)
-    stage_teacher(run)
+    abl = cfg.ablations or AblationSuiteConfig()
+    pcfg = PipelineConfig.from_yaml(abl.pipeline)
     out = {}
-    for study in cfg.ablations.studies:
-        path = run.path("ablations", study, "results.json")
-        out[study] = read_json(path, study)["rows"] if path.exists() else run_study(run, study, progress)
-    return {"run_dir": str(run.dir), "studies": out}
+    for study in abl.studies:
+        path = Path(pcfg.run_dir) / "ablations" / study / "results.json"
+        if path.exists():
+            out[study] = read_json(path, study)["rows"]
+    if train and cfg.ablations is not None and set(out) != set(abl.studies):
+        run = Run(pcfg, progress)
+        run._backbone = backbone
+        stage_datastore(run)
+        stage_knnlm(run)
+        stage_teacher(run)
+        for study in abl.studies:
+            if study not in out:
+                out[study] = run_study(run, study, progress)
+    return {"run_dir": pcfg.run_dir, "studies": out} if out else {}
 
 
-def run_suite(cfg: QASuiteConfig, progress: bool = True) -> dict:
-    """Every benchmark, method, check and ablation of ``cfg``; returns (and writes) ``out_dir/results.json``."""
+def run_suite(cfg: QASuiteConfig, progress: bool = True, compute: bool = True) -> dict:
+    """Every benchmark, method, check and ablation of ``cfg``; returns (and writes) ``out_dir/results.json``.
+
+    ``compute=False`` only collects what earlier runs finished (a report of an interrupted suite).
+    """
     from mlpmem.backbone import load_backbone
     from mlpmem.index import set_threads
 
     set_threads()
-    backbone = load_backbone(cfg.backbone)
+    backbone = load_backbone(cfg.backbone) if compute else None
     results = {"benchmarks": {}, "config": _config_dict(cfg)}
     for name in cfg.benchmarks:
-        results["benchmarks"][name] = run_benchmark(cfg, name, backbone, progress)
+        bench = run_benchmark(cfg, name, backbone, progress) if compute else collect_benchmark(cfg, name)
+        if bench is not None:
+            results["benchmarks"][name] = bench
         write_json(Path(cfg.out_dir) / "results.json", results)
-    results["ablations"] = run_ablations(cfg, backbone, progress)
+    results["ablations"] = run_ablations(cfg, backbone, progress, train=compute and cfg.ablations is not None)
     write_json(Path(cfg.out_dir) / "results.json", results)
     return results
 
