@@ -152,9 +152,10 @@ def _free_port() -> int:
 
 def _launch(processes: int, args: list[str], env: dict | None = None) -> tuple[float, list[dict]]:
     """Run ``python -m mlpmem.scalebench <args>`` under accelerate launch; wall time and each rank's JSON."""
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "--main_process_port", str(_free_port()), "-m", "mlpmem.scalebench", *args]
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
+                str(processes), "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                "--main_process_port", str(_free_port()), "-m"] if processes > 1 else [sys.executable, "-m"]
+    cmd = [*launcher, "mlpmem.scalebench", *args]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, **(env or {})))
     wall = time.perf_counter() - t0
@@ -263,7 +264,19 @@ def run_bench(config: str, out: str, tokens: int, worlds: list[int], sizes: list
     return results
 
 
+def _match_launcher_priority() -> None:
+    """torchrun starts its workers in a new session; with Linux autogroup scheduling that session gets the
+    default CPU weight, not the launcher's: copy the launcher's autogroup nice so 1 and N processes compete
+    for the cores on equal terms on a shared machine."""
+    try:
+        nice = Path(f"/proc/{os.getppid()}/autogroup").read_text().split("nice")[1].strip()
+        Path("/proc/self/autogroup").write_text(nice)
+    except (OSError, IndexError):
+        pass
+
+
 def _main(argv: list[str]) -> None:
+    _match_launcher_priority()
     what = argv[0]
     if what == "worker-stage":
         result = worker_stage(argv[1], argv[2], int(argv[3]), argv[4])
