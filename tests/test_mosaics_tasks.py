@@ -10,7 +10,7 @@ from mlpmem.errors import ConfigError
 from mlpmem.mosaics import tasks
 from mlpmem.mosaics.config import EvalSection, ModelSection, MosaicsExperiment, TrainSection
 
-CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("mosaics-*.yaml"))
+CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs" / "mosaics").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
