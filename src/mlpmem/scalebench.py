@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import signal
 import socket
@@ -161,14 +162,19 @@ def _launch(processes: int, args: list[str], env: dict | None = None) -> tuple[f
     wall = time.perf_counter() - t0
     if proc.returncode:
         raise RuntimeError(f"bench worker failed: {proc.stderr.strip().splitlines()[-1:]}")
-    return wall, [json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    return wall, _results(proc.stdout)
 
 
 def _python(args: list[str]) -> dict:
     proc = subprocess.run([sys.executable, "-m", "mlpmem.scalebench", *args], capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError(f"bench worker failed: {proc.stderr.strip().splitlines()[-1:]}")
-    return [json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")][0]
+    return _results(proc.stdout)[0]
+
+
+def _results(stdout: str) -> list[dict]:
+    """The ``RESULT {...}`` JSON objects that the workers printed (ranks may interleave on one line)."""
+    return [json.loads(m) for m in re.findall(r"RESULT (\{[^{}]*\})", stdout)]
 
 
 def bench_processes(config: str, out: Path, tokens: int, worlds: list[int]) -> list[dict]:
@@ -251,17 +257,21 @@ def run_bench(config: str, out: str, tokens: int, worlds: list[int], sizes: list
     results = {"cores": len(os.sched_getaffinity(0))}
     if tokens:
         results["processes"] = bench_processes(config, out, tokens, worlds)
+        _write(results, out, docs_dir, command)  # each part is kept as soon as it is measured
     if sizes:
         results["memory"] = bench_memory(out, sizes, dim, vocab, steps)
+        _write(results, out, docs_dir, command)
         results["resume"] = bench_resume(out, max(sizes))
-    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    text = markdown(results, command)
-    (out / "results.md").write_text(text)
-    if docs_dir:
-        Path(docs_dir).mkdir(parents=True, exist_ok=True)
-        (Path(docs_dir) / "results.md").write_text(text)
-        (Path(docs_dir) / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+        _write(results, out, docs_dir, command)
     return results
+
+
+def _write(results: dict, out: Path, docs_dir: str | None, command: str) -> None:
+    text = markdown(results, command)
+    for folder in [out] + ([Path(docs_dir)] if docs_dir else []):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+        (folder / "results.md").write_text(text)
 
 
 def _match_launcher_priority() -> None:
