@@ -84,6 +84,9 @@ def test_combined_keystore_concatenates_and_checks_the_backbone(tmp_path):
     assert offsets == sorted(offsets) and offsets[0] == 0
     assert sum(len(s) for _, s in store.iter_shards("keys")) == store.num_rows
     assert offsets[len(list(parts[0].iter_shards("keys")))] == parts[0].num_rows
+    rows = store.rows("keys")  # lazily read rows across both keystores, as the FAISS index reads them
+    pick = np.array([0, parts[0].num_rows - 1, parts[0].num_rows, store.num_rows - 1])
+    np.testing.assert_array_equal(rows[pick], store.array("keys")[pick])
     other = tiny_datastore(tmp_path, tiny_backbone("llama", seed=7), 0, "c")
     with pytest.raises(FingerprintMismatch):
         CombinedKeyStore([a, other])

@@ -31,7 +31,7 @@ from mlpmem.errors import ConfigError, FingerprintMismatch, MlpmemError
 from mlpmem.index import FaissIndex, IndexConfig
 from mlpmem.mixed import _keep_positions
 from mlpmem.mixing import check_lambda, mix_log_probs
-from mlpmem.shards import MANIFEST, read_json, sha256_file, write_json
+from mlpmem.shards import MANIFEST, ShardedRows, read_json, sha256_file, write_json
 from mlpmem.teacher import exclude_and_weight
 
 
@@ -74,6 +74,10 @@ class CombinedKeyStore:
 
     def array(self, name: str) -> np.ndarray:
         return np.concatenate([s.array(name) for s in self.stores])
+
+    def rows(self, name: str) -> ShardedRows:
+        """One field across every keystore as one lazily read array of rows (see KeyStore.rows)."""
+        return ShardedRows([shard[name] for store in self.stores for shard in store.shards])
 
     def iter_shards(self, name: str):
         for offset, store in zip(self.offsets, self.stores):
