@@ -105,6 +105,9 @@ def run_stage(stage: str, backbone_dir: Path, out: Path, dist=None) -> None:
 
 
 def main() -> None:
+    from mlpmem.scalebench import _match_launcher_priority
+
+    _match_launcher_priority()  # torchrun's workers start a new session: keep the launcher's CPU weight
     torch.set_num_threads(1)
     install_kill_switch()
     backbone_dir, out, stages = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3].split(",")
