@@ -10,7 +10,6 @@ runs the very same batches and writes byte-identical shards.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
