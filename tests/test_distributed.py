@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -47,7 +48,16 @@ def launch(backbone_dir, out, stages: str, processes: int = 2, **env) -> subproc
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
            "--main_process_port", str(free_port()), str(WORKER), str(backbone_dir), str(out), stages]
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", **env)
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    # own process group, so that a timeout kills the workers too (they would otherwise wait on gloo forever)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def same_files(a: Path, b: Path, pattern: str = "*.npy") -> list[str]:
