@@ -90,3 +90,19 @@ def tiny_backbone_dir(tmp_path_factory, tiny_llama, tiny_tokenizer):
 def _seed():
     torch.manual_seed(0)
     random.seed(0)
+
+
+@pytest.fixture()
+def subprocess_stage_env(monkeypatch):
+    """For tests that run stages in worker subprocesses: no fsync (MLPMEM_FSYNC=0: a kill keeps the page cache,
+    and fsync on a busy disk costs seconds per file) and one thread everywhere (tiny models; no oversubscription
+    between the test process and its workers)."""
+    import mlpmem.shards
+
+    monkeypatch.setattr(mlpmem.shards, "FSYNC", False)
+    monkeypatch.setenv("MLPMEM_FSYNC", "0")
+    monkeypatch.setenv("MLPMEM_THREADS", "1")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -22,19 +22,7 @@ WORKER = Path(__file__).parent / "_stage_worker.py"
 ROOT = Path(__file__).parent.parent
 
 
-@pytest.fixture(autouse=True)
-def _no_fsync(monkeypatch):
-    """Skip fsync here as in the workers (MLPMEM_FSYNC=0): a kill keeps the page cache, and fsync on a busy
-    disk costs seconds per file."""
-    import mlpmem.shards
-
-    monkeypatch.setattr(mlpmem.shards, "FSYNC", False)
-    monkeypatch.setenv("MLPMEM_FSYNC", "0")
-    monkeypatch.setenv("MLPMEM_THREADS", "1")  # tiny models: one thread, no oversubscription with workers
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("subprocess_stage_env")
 
 
 def free_port() -> int:

@@ -88,7 +88,26 @@ def _keep_positions(keys: torch.Tensor, logits: torch.Tensor, logits_to_keep) ->
     return kept
 
 
-class MemoryAugmentedLM(nn.Module):
+class BackboneWrapper(nn.Module):
+    """A backbone whose forward and stock ``generate`` run with the wrapper's hooks installed.
+
+    Subclasses hold ``self.backbone`` and define ``active()``, a context that installs their hooks (the key
+    capture and the mixing of the output logits) for its duration.
+    """
+
+    def forward(self, **kwargs):
+        """The backbone's forward with mixed log-probs as ``logits`` (and the loss on them if labels)."""
+        with self.active():
+            return self.backbone(**kwargs)
+
+    @torch.no_grad()
+    def generate(self, **kwargs):
+        """The backbone's stock ``generate`` on the mixed distribution (all decoding strategies)."""
+        with self.active():
+            return self.backbone.generate(**kwargs)
+
+
+class MemoryAugmentedLM(BackboneWrapper):
     """A frozen causal LM whose next-token distribution is mixed with an MLP Memory's.
 
     ``key_layer``/``key_site`` default to the ones recorded in ``memory.config``; if both are given they
@@ -275,16 +294,3 @@ class MemoryAugmentedLM(nn.Module):
         param = next(self.memory.parameters())
         mem_logits = self.memory(keys.to(device=param.device, dtype=param.dtype))  # (..., V)
         return mix_logits(lm_logits, mem_logits.to(lm_logits.device), self.lam)
-
-    # -- delegation
-
-    def forward(self, **kwargs):
-        """The backbone's forward with mixed log-probs as ``logits`` (and the loss on them if labels)."""
-        with self.active():
-            return self.backbone(**kwargs)
-
-    @torch.no_grad()
-    def generate(self, **kwargs):
-        """The backbone's stock ``generate`` on the mixed distribution (all decoding strategies)."""
-        with self.active():
-            return self.backbone.generate(**kwargs)

@@ -29,7 +29,7 @@ from mlpmem.backbone import KeyHook, check_fingerprint
 from mlpmem.datastore import KeyStore
 from mlpmem.errors import ConfigError, FingerprintMismatch, MlpmemError
 from mlpmem.index import FaissIndex, IndexConfig
-from mlpmem.mixed import _keep_positions
+from mlpmem.mixed import BackboneWrapper, _keep_positions
 from mlpmem.mixing import check_lambda, mix_log_probs
 from mlpmem.shards import MANIFEST, ShardedRows, read_json, sha256_file, write_json
 from mlpmem.teacher import exclude_and_weight
@@ -133,7 +133,7 @@ def knn_log_probs(dists: np.ndarray, ids: np.ndarray, values: np.ndarray, temper
     return p.log().float()  # −inf for tokens no neighbour predicts
 
 
-class KnnLMDecoder(nn.Module):
+class KnnLMDecoder(BackboneWrapper):
     """A frozen causal LM mixed with kNN-LM at every forward (``lam`` weight of p_kNN, k neighbours, T)."""
 
     def __init__(self, backbone: nn.Module, index, values: np.ndarray, layer: int, site: str, k: int = 1024,
@@ -182,12 +182,3 @@ class KnnLMDecoder(nn.Module):
         self.search_seconds += time.perf_counter() - t0
         logp_knn = knn_log_probs(dists, ids, self.values, self.temperature, self.vocab_size)  # (B*T, V)
         return mix_log_probs(logp_lm, logp_knn.view_as(logp_lm).to(logp_lm.device), self.lam)
-
-    def forward(self, **kwargs):
-        with self.active():
-            return self.backbone(**kwargs)
-
-    @torch.no_grad()
-    def generate(self, **kwargs):
-        with self.active():
-            return self.backbone.generate(**kwargs)
