@@ -124,6 +124,14 @@ def evaluate(memory: MLPMemory, data: EvalData, lambdas: list[float]) -> dict:
             "best_lambda": best, "ppl_by_lambda": {str(k): v for k, v in joint.items()}}
 
 
+def optimizer_step(accelerator, optimizer, scheduler, params, grad_clip: float) -> None:
+    """Clip the gradients of ``params``, step the optimizer and the schedule, clear the gradients."""
+    accelerator.clip_grad_norm_(params, grad_clip)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
 def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
     """Linear warmup, then cosine decay to ``min_lr_fraction`` of the peak (a multiplier of lr)."""
     warm = max(1, int(cfg.warmup_fraction * total))
@@ -266,10 +274,7 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
         loss, parts = sparse_hybrid_loss(logits, batch["teacher_ids"], batch["teacher_probs"],
                                          batch["teacher_residual"], batch["targets"], cfg.alpha, cfg.loss_chunk)
         accelerator.backward(loss * weight)
-        accelerator.clip_grad_norm_(trainable, cfg.grad_clip)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        optimizer_step(accelerator, optimizer, scheduler, trainable, cfg.grad_clip)
         step += 1
         elapsed = time.perf_counter() - t_start
         bar.update(1)

@@ -25,7 +25,7 @@ from mlpmem.mosaics.config import TrainSection
 from mlpmem.mosaics.data import evaluation_starts, training_starts, window_batch
 from mlpmem.mosaics.transformer import forward_documents
 from mlpmem.shards import read_json, write_json
-from mlpmem.train import lr_at, save_checkpoint
+from mlpmem.train import lr_at, optimizer_step, save_checkpoint
 
 
 @torch.no_grad()
@@ -109,10 +109,7 @@ def train_model(model, streams: dict, cfg: TrainSection, out_dir: str | Path, se
         torch.manual_seed(seed * 1_000_003 + step)  # the long-gap draw m of this step, identical after a resume
         loss = forward_documents(model, batch["input_ids"], batch["doc_ids"], batch["labels"]).loss
         accelerator.backward(loss)
-        accelerator.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        optimizer_step(accelerator, optimizer, scheduler, model.parameters(), cfg.grad_clip)
         step += 1
         elapsed = time.perf_counter() - t_start
         bar.update(1)
