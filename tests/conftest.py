@@ -32,6 +32,14 @@ def corpus_text(n_docs: int = 6, seed: int = 0) -> list[str]:
     return docs
 
 
+def write_corpus(folder, n_docs: int):
+    """A folder of ``n_docs`` small text documents (``corpus_text``), one ``doc<i>.txt`` each; returns it."""
+    folder.mkdir()
+    for i, text in enumerate(corpus_text(n_docs)):
+        (folder / f"doc{i}.txt").write_text(text)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import corpus_text
+from conftest import write_corpus
 from mlpmem.ablation import ALL_STUDIES, RETRIEVAL_STUDIES, run_study, variant_config
 from mlpmem.config import PipelineConfig
 from mlpmem.errors import ConfigError
@@ -14,10 +14,7 @@ from mlpmem.errors import ConfigError
 def tiny_run(tmp_path, tiny_backbone_dir):
     from mlpmem.pipeline import Run, stage_datastore, stage_knnlm, stage_teacher
 
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    for i, text in enumerate(corpus_text(10)):
-        (corpus / f"doc{i}.txt").write_text(text)
+    corpus = write_corpus(tmp_path / "corpus", 10)
     cfg = PipelineConfig.from_yaml("configs/tiny.yaml", [f"run_dir={tmp_path / 'run'}",
                                                          f"backbone.name={tiny_backbone_dir}",
                                                          f"corpus.path={corpus}", "train.epochs=1"])

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from _tiny import VOCAB, tiny_backbone
-from conftest import corpus_text
+from conftest import write_corpus
 from mlpmem.bench.infer import InferBenchConfig, Method, main, measure, memory_variants, targets, weight_limits
 from mlpmem.bench.knn_setup import KnnSetupConfig
 from mlpmem.cli import main as cli_main
@@ -73,10 +73,7 @@ def test_config_validation():
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory, tiny_backbone_dir):
     root = tmp_path_factory.mktemp("bench")
-    corpus = root / "corpus"
-    corpus.mkdir()
-    for i, text in enumerate(corpus_text(10)):
-        (corpus / f"doc{i}.txt").write_text(text)
+    corpus = write_corpus(root / "corpus", 10)
     args = ["configs/tiny.yaml", "--quiet", "--set", f"run_dir={root / 'run'}", "--set",
             f"backbone.name={tiny_backbone_dir}", "--set", f"corpus.path={corpus}"]
     assert cli_main(["run", *args]) == 0

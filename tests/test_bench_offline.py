@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from conftest import corpus_text
+from conftest import write_corpus
 from mlpmem.bench.offline import OfflineBenchConfig, main
 from mlpmem.cli import main as cli_main
 from mlpmem.errors import ConfigError
@@ -15,10 +15,7 @@ from mlpmem.errors import ConfigError
 
 @pytest.fixture()
 def tiny_config(tmp_path, tiny_backbone_dir):
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    for i, text in enumerate(corpus_text(12)):
-        (corpus / f"doc{i}.txt").write_text(text)
+    corpus = write_corpus(tmp_path / "corpus", 12)
     raw = yaml.safe_load(open("configs/tiny.yaml"))
     raw.update(run_dir=str(tmp_path / "run"), backbone={**raw["backbone"], "name": str(tiny_backbone_dir)},
                corpus={**raw["corpus"], "path": str(corpus)}, train={**raw["train"], "batch_size": 16})

@@ -7,7 +7,7 @@ import yaml
 from mlpmem.cli import main
 from mlpmem.config import PipelineConfig
 from mlpmem.errors import ConfigError
-from conftest import corpus_text
+from conftest import write_corpus
 
 CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
 
@@ -33,10 +33,7 @@ def test_config_errors(tmp_path):
 
 @pytest.fixture()
 def tiny_run(tmp_path, tiny_backbone_dir):
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    for i, text in enumerate(corpus_text(10)):
-        (corpus / f"doc{i}.txt").write_text(text)
+    corpus = write_corpus(tmp_path / "corpus", 10)
     return ["configs/tiny.yaml", "--quiet", "--set", f"run_dir={tmp_path / 'run'}",
             "--set", f"backbone.name={tiny_backbone_dir}", "--set", f"corpus.path={corpus}"]
 
