@@ -27,7 +27,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-from mlpmem.backbone import autocast
+from mlpmem.backbone import autocast, check_precision
 from mlpmem.errors import ConfigError, CorruptArtifact
 from mlpmem.eval.perplexity import best_lambda, lambda_curve, perplexity
 from mlpmem.loss import check_alpha, sparse_hybrid_loss
@@ -70,8 +70,7 @@ class TrainConfig:
             raise ConfigError("train epochs, batch_size and checkpoint_every must be >= 1")
         if not self.lr > 0 or self.grad_clip <= 0 or not 0 <= self.warmup_fraction < 1:
             raise ConfigError("train lr and grad_clip must be > 0 and warmup_fraction in [0, 1)")
-        if self.precision not in ("fp32", "bf16"):
-            raise ConfigError(f"train.precision must be fp32 or bf16, got {self.precision!r}")
+        check_precision(self.precision)
         if self.init not in ("random", "backbone"):
             raise ConfigError(f"train.init must be random or backbone, got {self.init!r}")
 
