@@ -63,3 +63,18 @@ def test_read_questions(tmp_path):
     path.write_text(json.dumps({"question": "Q?"}) + "\n")
     with pytest.raises(CorpusError):
         read_questions(path)
+
+
+def test_shots_put_demonstrations_first_and_are_checked():
+    from mlpmem.errors import ConfigError
+    from mlpmem.qa.prompts import DEMONSTRATIONS, demonstrations
+
+    two = qa_prompt("Who?", shots=2)
+    q0, a0 = DEMONSTRATIONS[0]
+    assert two.startswith(f"Question: {q0}\nAnswer: {a0}\n\n")
+    assert two.endswith("Question: Who?\nAnswer:") and two.count("Question:") == 3
+    assert qa_prompt("Who?", ["p1"], shots=1) == demonstrations(1) + "Context:\np1\n\nQuestion: Who?\nAnswer:"
+    assert closed_book_prompts([{"question": "Who?"}], shots=3) == [qa_prompt("Who?", shots=3)]
+    assert closed_book_prompts([{"question": "X is", "cloze": True}], shots=3) == ["X is"]  # cloze stays bare
+    with pytest.raises(ConfigError, match="shots"):
+        demonstrations(len(DEMONSTRATIONS) + 1)

@@ -51,6 +51,7 @@ def qa_setup(tmp_path, tiny_backbone_dir, monkeypatch):
                                      "options": {"num_entities": 12, "seed": 0}, "tune_questions": 4,
                                      "test_questions": 6}},
         "lambda_grid": [0.0, 0.5],
+        "shots": 2,
         "cpt": {"epochs": 1, "batch_size": 2, "block_size": 32, "lr": 1e-3},
         "lora": {"finetune": {"epochs": 1, "batch_size": 2, "block_size": 32, "lr": 1e-3}},
         "generation": {"max_new_tokens": 4, "batch_size": 4},
@@ -118,5 +119,7 @@ def test_suite_config_validation(tmp_path):
         QASuiteConfig(benchmarks={"trivia": {"pipeline": "x"}})
     with pytest.raises(ConfigError):
         QASuiteConfig(benchmarks={"synthetic": {"pipeline": "x"}}, methods=["memory"])
+    with pytest.raises(ConfigError, match="shots"):
+        QASuiteConfig(benchmarks={"synthetic": {"pipeline": "x"}}, shots=-1)
     cfg = QASuiteConfig.from_yaml("configs/qa/report.yaml")
     assert set(cfg.benchmarks) == {"synthetic", "disfl_qa"} and {"base", "memory"} <= set(cfg.methods) <= set(METHODS)

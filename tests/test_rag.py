@@ -79,3 +79,15 @@ def test_shipped_dense_encoder_if_installed():
     retriever = DenseRetriever(DOCS, load_encoder())
     hits = retriever.retrieve(["Which company employs the astronomer Mado Vilage?"], k=3)[0]
     assert hits[0].index == 1 and np.isclose(retriever.embeddings.norm(dim=1), 1, atol=1e-4).all()
+
+
+def test_prompt_with_shots_counts_them_against_the_limit(tiny_tokenizer):
+    from mlpmem.qa.prompts import demonstrations
+
+    question = "Where was Tanoza Zuloze born?"
+    n = lambda text: len(tiny_tokenizer(text, add_special_tokens=False)["input_ids"])
+    full = build_rag_prompt(question, DOCS, tiny_tokenizer, 100000, shots=2)
+    assert full.startswith(demonstrations(2) + "Context:\n") and full.endswith(qa_prompt(question))
+    limit = n(qa_prompt(question, DOCS[:1], shots=2)) + 5
+    prompt = build_rag_prompt(question, DOCS, tiny_tokenizer, limit, shots=2)
+    assert n(prompt) <= limit and prompt.startswith(demonstrations(2)) and DOCS[2] not in prompt

@@ -142,17 +142,18 @@ def _num_tokens(tokenizer, text: str) -> int:
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def build_rag_prompt(question: str, passages: list[str], tokenizer, max_prompt_tokens: int) -> str:
+def build_rag_prompt(question: str, passages: list[str], tokenizer, max_prompt_tokens: int, shots: int = 0) -> str:
     """The QA prompt with as many of ``passages`` (in the given rank order) as fit in ``max_prompt_tokens``.
 
     The closed-book prompt must fit by itself; the first passage that does not fit whole is cut to the
-    tokens left (decoded back to text) and later passages are dropped.
+    tokens left (decoded back to text) and later passages are dropped. ``shots`` demonstrations
+    (:func:`mlpmem.qa.prompts.qa_prompt`) open the prompt and count against the limit.
     """
-    if _num_tokens(tokenizer, qa_prompt(question)) > max_prompt_tokens:
+    if _num_tokens(tokenizer, qa_prompt(question, shots=shots)) > max_prompt_tokens:
         raise MlpmemError(f"the question alone is longer than the context limit ({max_prompt_tokens} tokens)")
     kept: list[str] = []
     for passage in passages:
-        if _num_tokens(tokenizer, qa_prompt(question, kept + [passage])) <= max_prompt_tokens:
+        if _num_tokens(tokenizer, qa_prompt(question, kept + [passage], shots)) <= max_prompt_tokens:
             kept.append(passage)
             continue
         ids = tokenizer(passage, add_special_tokens=False)["input_ids"]
@@ -160,12 +161,12 @@ def build_rag_prompt(question: str, passages: list[str], tokenizer, max_prompt_t
         while lo < hi:
             mid = (lo + hi + 1) // 2
             cut = tokenizer.decode(ids[:mid]).strip()
-            lo, hi = (mid, hi) if _num_tokens(tokenizer, qa_prompt(question, kept + [cut])) <= max_prompt_tokens \
+            lo, hi = (mid, hi) if _num_tokens(tokenizer, qa_prompt(question, kept + [cut], shots)) <= max_prompt_tokens \
                 else (lo, mid - 1)
         if lo > 0:
             kept.append(tokenizer.decode(ids[:lo]).strip())
         break
-    return qa_prompt(question, kept)
+    return qa_prompt(question, kept, shots)
 
 
 class RAG:
@@ -176,11 +177,11 @@ class RAG:
         self.retriever, self.tokenizer, self.cfg = retriever, tokenizer, cfg or RAGConfig()
         self.last_retrieval_seconds = 0.0
 
-    def prompts(self, questions: list[str]) -> list[str]:
+    def prompts(self, questions: list[str], shots: int = 0) -> list[str]:
         t0 = time.perf_counter()
         hits = self.retriever.retrieve(questions, self.cfg.top_k)
         self.last_retrieval_seconds = time.perf_counter() - t0
-        return [build_rag_prompt(q, [h.text for h in hs], self.tokenizer, self.cfg.max_prompt_tokens)
+        return [build_rag_prompt(q, [h.text for h in hs], self.tokenizer, self.cfg.max_prompt_tokens, shots)
                 for q, hs in zip(questions, hits)]
 
     @classmethod

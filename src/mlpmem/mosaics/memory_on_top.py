@@ -4,7 +4,7 @@ Each trained model folder (weights + tokenizer) is a local backbone for ``mlpmem
 captured at its last block's feed-forward input by ``KeyHook`` (the Memory Mosaics model is laid out like
 Llama for this), the kNN-LM sweep and the sparse teacher are built on a capped slice of the same training
 split, a memory is trained, and test perplexity with and without the memory (λ chosen on validation) is
-read from the run's ``results.json``. Windows are as long as the training context (256 tokens, stride
+read from the run's ``results.json`` (summary: ``out_dir/memory_on_top.{json,md}``). Windows are as long as the training context (256 tokens, stride
 128) so that neither model runs past the length it was trained on.
 """
 
@@ -46,17 +46,21 @@ def memory_stage(exp: MosaicsExperiment, kinds, progress: bool = True, rebuild: 
     for kind in kinds:
         results = run_pipeline(Run(pipeline_config(exp, kind), progress=progress), rebuild=rebuild)
         summary[kind] = {"lambda": results["lambda"], **results["test"],
-                         "memory_parameters": results["memory_parameters"]}
+                         **{k: results[k] for k in ("memory_parameters", "memory_trainable_parameters",
+                                                    "memory_bytes", "datastore_bytes", "train_seconds")}}
     write_json(Path(exp.out_dir) / "memory_on_top.json", summary)
+    (Path(exp.out_dir) / "memory_on_top.md").write_text(memory_table(summary) + "\n")
     return summary
 
 
 def memory_table(summary: dict) -> str:
     from mlpmem.mosaics.report import KIND_NAMES
 
-    rows = ["| base model | test PPL alone | kNN-LM | memory alone | memory + model (λ) | memory params |",
-            "|---|---:|---:|---:|---:|---:|"]
+    rows = ["| base model | test PPL alone | kNN-LM | memory alone | memory + model (λ) | memory trainable params "
+            "(with tied head) | memory MB | datastore MB |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for kind, s in summary.items():
         rows.append(f"| {KIND_NAMES[kind]} | {s['backbone']:.2f} | {s['knnlm']:.2f} | {s['memory']:.2f} | "
-                    f"{s['memory+backbone']:.2f} ({s['lambda']}) | {s['memory_parameters']:,} |")
+                    f"{s['memory+backbone']:.2f} ({s['lambda']}) | {s['memory_trainable_parameters']:,} "
+                    f"({s['memory_parameters']:,}) | {s['memory_bytes'] / 1e6:.2f} | {s['datastore_bytes'] / 1e6:.1f} |")
     return "\n".join(rows)

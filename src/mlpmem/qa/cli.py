@@ -16,6 +16,7 @@ def add_arguments(choices) -> None:
     p.add_argument("--lam", type=float, default=None, help="mixing weight (default: the run's validation choice)")
     p.add_argument("--lora-params", type=int, default=None, help="LoRA parameter budget when no --run is given")
     p.add_argument("--backbone", default="smollm2-135m")
+    p.add_argument("--shots", type=int, default=0, help="format demonstrations before each question (0-8)")
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--out", help="write the score and every prediction to this JSON file")
@@ -35,7 +36,7 @@ def cmd_eval_qa(args) -> None:
     questions = read_questions(args.questions)
     model, tokenizer = load_backbone(args.backbone)
     mixed, prompt_fn, info = method_model(args.method, model, tokenizer, args.run, args.corpus, args.lam,
-                                          args.lora_params, progress=not args.quiet)
+                                          args.lora_params, progress=not args.quiet, shots=args.shots)
     result = evaluate_questions(mixed, tokenizer, questions, prompt_fn,
                                 GenerationConfig(args.max_new_tokens, args.batch_size), progress=not args.quiet)
     summary = {"method": args.method, "em": result["em"], "f1": result["f1"], "n": result["n"], **info}

@@ -38,9 +38,17 @@ class GenerationConfig:
             raise ConfigError("generation max_new_tokens and batch_size must be >= 1")
 
 
-def closed_book_prompts(questions: list[dict]) -> list[str]:
-    """QA prompts, or the bare cloze text for cloze items (``"The country of X is"``)."""
-    return [q["question"] if q.get("cloze") else qa_prompt(q["question"]) for q in questions]
+def closed_book_prompts(questions: list[dict], shots: int = 0) -> list[str]:
+    """QA prompts (with ``shots`` demonstrations), or the bare cloze text for cloze items
+    (``"The country of X is"``)."""
+    return [q["question"] if q.get("cloze") else qa_prompt(q["question"], shots=shots) for q in questions]
+
+
+def prompt_builder(shots: int = 0, rag=None):
+    """``prompt_fn(questions) -> prompts``: closed book, or through ``rag`` (retrieval + passages)."""
+    if rag is not None:
+        return lambda qs: rag.prompts([q["question"] for q in qs], shots)
+    return lambda qs: closed_book_prompts(qs, shots)
 
 
 def _prepare_tokenizer(tokenizer):
@@ -120,12 +128,13 @@ def read_questions(path) -> list[dict]:
 
 
 def method_model(method: str, backbone, tokenizer, run_dir=None, corpus=None, lam=None, lora_params=None,
-                 progress=True):
+                 progress=True, shots: int = 0):
     """``(model, prompt_fn, info)`` for one method, from a finished memory run folder and/or a corpus JSONL.
 
     base: the backbone; memory / knnlm: the run's memory or datastore (λ: ``lam`` or the run's
     perplexity-tuned value); rag-dense / rag-bm25: retrieval over ``corpus``; cpt / lora: fine-tuned on
-    ``corpus`` here (LoRA rank matched to the run's memory when ``run_dir`` is given).
+    ``corpus`` here (LoRA rank matched to the run's memory when ``run_dir`` is given). Prompts carry
+    ``shots`` format demonstrations.
     """
     import copy
     from pathlib import Path
@@ -146,13 +155,13 @@ def method_model(method: str, backbone, tokenizer, run_dir=None, corpus=None, la
 
         docs = [{"text": d.text} for d in read_documents(corpus)]
     if method == "base":
-        return backbone, closed_book_prompts, {}
+        return backbone, prompt_builder(shots), {}
     if method == "memory":
         from mlpmem.mixed import MemoryAugmentedLM
 
         lam = lam if lam is not None else read_json(run_dir / "results.json", "run results")["lambda"]
         return MemoryAugmentedLM.from_pretrained(run_dir / "memory", backbone, tokenizer, lam=lam), \
-            closed_book_prompts, {"lambda": lam}
+            prompt_builder(shots), {"lambda": lam}
     if method == "knnlm":
         from mlpmem.backbone import resolve_layer
         from mlpmem.baselines.knnlm_decode import KnnLMDecoder
@@ -165,17 +174,17 @@ def method_model(method: str, backbone, tokenizer, run_dir=None, corpus=None, la
         model = KnnLMDecoder(backbone, ExactIndex(np.asarray(store.array("keys"), dtype=np.float32)),
                              np.asarray(store.array("values")), resolve_layer(backbone, store.manifest["layer"]),
                              store.manifest["site"], k=chosen["k"], temperature=chosen["temperature"], lam=lam)
-        return model, closed_book_prompts, {"lambda": lam, "k": chosen["k"], "temperature": chosen["temperature"]}
+        return model, prompt_builder(shots), {"lambda": lam, "k": chosen["k"], "temperature": chosen["temperature"]}
     if method in ("rag-dense", "rag-bm25"):
         from mlpmem.baselines.rag import RAG, RAGConfig
 
         rag = RAG.from_documents(docs, tokenizer, RAGConfig(retriever=method.split("-")[1]))
-        return backbone, lambda qs: rag.prompts([q["question"] for q in qs]), {}
+        return backbone, prompt_builder(shots, rag), {}
     if method == "cpt":
         from mlpmem.baselines.cpt import train_cpt
 
         model = copy.deepcopy(backbone)
-        return model, closed_book_prompts, train_cpt(model, tokenizer, docs, progress=progress)
+        return model, prompt_builder(shots), train_cpt(model, tokenizer, docs, progress=progress)
     if method == "lora":
         from mlpmem.baselines.lora import train_lora
 
@@ -183,5 +192,5 @@ def method_model(method: str, backbone, tokenizer, run_dir=None, corpus=None, la
             raise ConfigError("method lora needs --run (to match its memory's parameters) or --lora-params")
         target = lora_params or read_json(run_dir / "results.json", "run results")["memory_trainable_parameters"]
         model, stats = train_lora(copy.deepcopy(backbone), tokenizer, docs, target, progress=progress)
-        return model, closed_book_prompts, stats
+        return model, prompt_builder(shots), stats
     raise ConfigError(f"unknown method {method!r}")

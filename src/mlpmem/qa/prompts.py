@@ -1,6 +1,6 @@
-"""Zero-shot prompt templates for closed-book and retrieval-augmented QA, and the stop strings.
+"""Prompt templates for closed-book and retrieval-augmented QA, and the stop strings.
 
-Closed book::
+Closed book, zero-shot (the paper's setting)::
 
     Question: What is the birthplace of Tanoza Zuloze?
     Answer:
@@ -15,6 +15,11 @@ With retrieved passages (RAG), the passages come first, in rank order, one per p
     Question: ...
     Answer:
 
+With ``shots=n`` the first ``n`` of :data:`DEMONSTRATIONS` come first, one ``Question: / Answer:`` pair per
+paragraph. They are general-knowledge questions about none of the benchmarks' entities and only show the
+answer format: a 135M backbone asked zero-shot mostly opens a new question instead of answering (measured
+in the QA report), so the report uses a few shots for every method alike.
+
 The answer is decoded greedily after ``Answer:`` and cut at the first stop string.
 """
 
@@ -24,14 +29,35 @@ QUESTION_TEMPLATE = "Question: {question}\nAnswer:"
 CONTEXT_HEADER = "Context:\n"
 PASSAGE_SEPARATOR = "\n\n"
 STOP_STRINGS = ("\n", "Question:", "Context:")
+DEMONSTRATIONS = (
+    ("What is the capital of France?", "Paris"),
+    ("In which year did the Second World War end?", "1945"),
+    ("Who wrote Romeo and Juliet?", "William Shakespeare"),
+    ("Which company makes the iPhone?", "Apple"),
+    ("What is the chemical symbol of gold?", "Au"),
+    ("Which planet is closest to the Sun?", "Mercury"),
+    ("What is the largest ocean on Earth?", "the Pacific Ocean"),
+    ("In which country is the city of Kyoto?", "Japan"),
+)
 
 
-def qa_prompt(question: str, passages: list[str] | None = None) -> str:
-    """The prompt for one question, with the given passages (already in rank order) as context."""
+def demonstrations(shots: int) -> str:
+    """The first ``shots`` demonstration pairs as a prompt prefix (empty for 0)."""
+    if not 0 <= shots <= len(DEMONSTRATIONS):
+        from mlpmem.errors import ConfigError
+
+        raise ConfigError(f"shots must be in [0, {len(DEMONSTRATIONS)}], got {shots}")
+    return "".join(QUESTION_TEMPLATE.format(question=q) + f" {a}" + PASSAGE_SEPARATOR
+                   for q, a in DEMONSTRATIONS[:shots])
+
+
+def qa_prompt(question: str, passages: list[str] | None = None, shots: int = 0) -> str:
+    """The prompt for one question, with the given passages (already in rank order) as context and
+    ``shots`` demonstrations before everything."""
     body = QUESTION_TEMPLATE.format(question=question.strip())
-    if not passages:
-        return body
-    return CONTEXT_HEADER + PASSAGE_SEPARATOR.join(p.strip() for p in passages) + PASSAGE_SEPARATOR + body
+    if passages:
+        body = CONTEXT_HEADER + PASSAGE_SEPARATOR.join(p.strip() for p in passages) + PASSAGE_SEPARATOR + body
+    return demonstrations(shots) + body
 
 
 def cut_at_stop(text: str, stops: tuple[str, ...] = STOP_STRINGS) -> str:

@@ -241,8 +241,9 @@ def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
         "",
         f"Regenerate from scratch with `{command}` (every number below is read from "
         f"`{cfg['out_dir']}/results.json`, written by that command). Backbone `{cfg['backbone']}`; greedy decoding, "
-        f"zero-shot prompt `Question: ...\\nAnswer:`; λ of kNN-LM and MLP Memory chosen on the validation questions "
-        f"from {cfg['lambda_grid']}. Questions: {qs}.",
+        f"prompt `Question: ...\\nAnswer:` after {cfg.get('shots', 0)} format demonstrations (general-knowledge "
+        f"questions, the same for every method; `mlpmem.qa.prompts`); λ of kNN-LM and MLP Memory chosen on the "
+        f"validation questions from {cfg['lambda_grid']}. Questions: {qs}.",
         "",
         "## QA table (test questions)", "", qa_table(results), "",
         "## Perplexity of each benchmark's memory run (held-out text of the corpus)", "", perplexity_table(results), "",

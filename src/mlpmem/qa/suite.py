@@ -82,6 +82,8 @@ class QASuiteConfig:
     """``{synthetic: {...}, disfl_qa: {...}}`` (BenchmarkConfig fields)."""
     methods: list[str] = field(default_factory=lambda: list(METHODS))
     lambda_grid: list[float] = field(default_factory=lambda: [0.0, 0.1, 0.2, 0.3, 0.5, 0.7])
+    shots: int = 0
+    """Format demonstrations before every QA prompt, the same for every method (:mod:`mlpmem.qa.prompts`)."""
     rag: RAGConfig = field(default_factory=RAGConfig)
     cpt: FinetuneConfig = field(default_factory=FinetuneConfig)
     lora: LoRAConfig = field(default_factory=LoRAConfig)
@@ -101,6 +103,9 @@ class QASuiteConfig:
             raise ConfigError(f"qa methods must include base and be among {METHODS}")
         for lam in self.lambda_grid:
             check_lambda(lam, "qa lambda_grid")
+        from mlpmem.qa.prompts import demonstrations
+
+        demonstrations(self.shots)  # validates the range
         if isinstance(self.ablations, dict):
             self.ablations = AblationSuiteConfig(**self.ablations)
 
@@ -189,6 +194,7 @@ class Context:
     def __init__(self, cfg: QASuiteConfig, name: str, backbone, progress: bool = True):
         from mlpmem.config import PipelineConfig
         from mlpmem.pipeline import Run
+        from mlpmem.qa.eval_qa import prompt_builder
 
         self.cfg, self.name, self.progress = cfg, name, progress
         self.bench = cfg.benchmarks[name]
@@ -202,6 +208,7 @@ class Context:
         self.model, self.tokenizer = backbone
         self.docs = read_jsonl(self.data / "corpus" / "train.jsonl")
         self.questions = question_splits(self.data, self.bench)
+        self.prompts = prompt_builder(cfg.shots)
 
     def memory_results(self) -> dict:
         from mlpmem.pipeline import run_pipeline
@@ -237,9 +244,7 @@ def _dir_bytes(path: Path) -> int:
 
 
 def method_base(ctx: Context, state: dict):
-    from mlpmem.qa.eval_qa import closed_book_prompts
-
-    return ctx.model, _evaluate_splits(ctx, ctx.model, closed_book_prompts), {
+    return ctx.model, _evaluate_splits(ctx, ctx.model, ctx.prompts), {
         "trainable_parameters": 0, "train_seconds": 0.0, "inference_bytes": 0}
 
 
@@ -248,6 +253,7 @@ def method_rag(kind: str):
         import dataclasses
 
         from mlpmem.baselines.rag import RAG, load_encoder
+        from mlpmem.qa.eval_qa import prompt_builder
 
         t0 = time.perf_counter()
         encoder = None
@@ -256,7 +262,7 @@ def method_rag(kind: str):
         rag = RAG.from_documents(ctx.docs, ctx.tokenizer, dataclasses.replace(ctx.cfg.rag, retriever=kind), encoder)
         index_seconds = time.perf_counter() - t0
         index_bytes = int(rag.retriever.embeddings.numel() * 4) if kind == "dense" else None
-        prompt_fn = lambda qs: rag.prompts([q["question"] for q in qs])  # noqa: E731
+        prompt_fn = prompt_builder(ctx.cfg.shots, rag)
         return None, _evaluate_splits(ctx, ctx.model, prompt_fn), {
             "trainable_parameters": 0, "train_seconds": index_seconds, "inference_bytes": index_bytes,
             "inference_note": "passages + index, retrieval per question"}
@@ -270,8 +276,6 @@ def method_knnlm(ctx: Context, state: dict):
     from mlpmem.baselines.knnlm_decode import KnnLMDecoder
     from mlpmem.datastore import KeyStore
     from mlpmem.index import ExactIndex
-    from mlpmem.qa.eval_qa import closed_book_prompts
-
     store = KeyStore(ctx.run.path("datastore"))
     chosen = read_json(ctx.run.path("knnlm", "results.json"), "knnlm results")["chosen"]
     index = ExactIndex(np.asarray(store.array("keys"), dtype=np.float32))
@@ -285,15 +289,13 @@ def method_knnlm(ctx: Context, state: dict):
         return decoder
 
     keys_s = ctx.run.timings().get("keys_train", {}).get("seconds")
-    return decoder, _tuned(ctx, make, closed_book_prompts), {
+    return decoder, _tuned(ctx, make, ctx.prompts), {
         "trainable_parameters": 0, "train_seconds": keys_s, "inference_bytes": _dir_bytes(store.path),
         "k": chosen["k"], "temperature": chosen["temperature"]}
 
 
 def method_memory(ctx: Context, state: dict):
     from mlpmem.mixed import MemoryAugmentedLM
-    from mlpmem.qa.eval_qa import closed_book_prompts
-
     results = state["memory_results"]
     mixed = MemoryAugmentedLM.from_pretrained(ctx.run.path("memory"), ctx.model, ctx.tokenizer, lam=0.0)
 
@@ -303,27 +305,23 @@ def method_memory(ctx: Context, state: dict):
 
     t = ctx.run.timings()
     offline = sum(t.get(k, {}).get("seconds", 0.0) for k in ("keys_train", "teacher", "train"))
-    return mixed, _tuned(ctx, make, closed_book_prompts), {
+    return mixed, _tuned(ctx, make, ctx.prompts), {
         "trainable_parameters": results["memory_trainable_parameters"], "train_seconds": offline,
         "train_seconds_memory_only": t.get("train", {}).get("seconds"), "inference_bytes": results["memory_bytes"]}
 
 
 def method_cpt(ctx: Context, state: dict):
     from mlpmem.baselines.cpt import train_cpt
-    from mlpmem.qa.eval_qa import closed_book_prompts
-
     model = copy.deepcopy(ctx.model)
     stats = train_cpt(model, ctx.tokenizer, ctx.docs, ctx.cfg.cpt, ctx.progress)
-    return model, _evaluate_splits(ctx, model, closed_book_prompts), stats
+    return model, _evaluate_splits(ctx, model, ctx.prompts), stats
 
 
 def method_lora(ctx: Context, state: dict):
     from mlpmem.baselines.lora import train_lora
-    from mlpmem.qa.eval_qa import closed_book_prompts
-
     target = state["memory_results"]["memory_trainable_parameters"]
     model, stats = train_lora(copy.deepcopy(ctx.model), ctx.tokenizer, ctx.docs, target, ctx.cfg.lora, ctx.progress)
-    return model, _evaluate_splits(ctx, model, closed_book_prompts), stats
+    return model, _evaluate_splits(ctx, model, ctx.prompts), stats
 
 
 RUNNERS = {"base": method_base, "rag-dense": method_rag("dense"), "rag-bm25": method_rag("bm25"),
