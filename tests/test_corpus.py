@@ -15,8 +15,9 @@ def test_windows_score_each_target_once_with_enough_context(n, block, stride):
     assert scored == list(range(1, n))
     for w in windows:
         assert w.end - w.start <= block
-        if w.start > 0:  # every later window leaves >= block - stride tokens of context
-            assert w.first_target - w.start >= block - stride
+        assert w.positions.start >= 0  # the key predicting the first target lies inside the window
+        if w.start > 0:  # every later window leaves >= block - stride tokens of context (>= 1)
+            assert w.first_target - w.start >= max(block - stride, 1)
     assert sum(w.num_scored for w in windows) == count_targets([n])
 
 

@@ -16,13 +16,16 @@ def docs(tiny_tokenizer):
     return tokenize_documents([Document(str(i), t) for i, t in enumerate(corpus_text(5))], tiny_tokenizer)
 
 
-def test_rows_equal_labelled_tokens_and_keys_match_model(docs, tiny_llama, tiny_tokenizer, tmp_path):
-    manifest = build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", with_lm=True, **KW)
+@pytest.mark.parametrize("stride", [12, 24])  # 24 = block_size: windows without overlap
+def test_rows_equal_labelled_tokens_and_keys_match_model(docs, tiny_llama, tiny_tokenizer, tmp_path, stride):
+    manifest = build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", with_lm=True,
+                              **{**KW, "stride": stride})
     store = KeyStore(tmp_path / "ds")
     assert store.num_rows == manifest["rows"] == count_targets([len(d) for d in docs])
     assert len(store.shards) > 1
     values = store.array("values")
     assert np.array_equal(values, np.concatenate([d[1:] for d in docs]))
+    assert len(store.array("keys")) == len(store.array("lm")) == len(values)
     # the first window of document 0 holds its first 23 targets: compare keys and LM log-probs by hand
     ids = torch.from_numpy(docs[0][:24].astype(np.int64))[None]
     with torch.no_grad(), KeyHook(tiny_llama, -1, "ffn_input") as hook:
@@ -113,3 +116,20 @@ def test_nan_keys_are_an_error(docs, tiny_tokenizer, tmp_path):
     with pytest.raises(CorruptArtifact, match="NaN"):
         build_keystore(model, tiny_tokenizer, docs, tmp_path / "ds", **KW)
     assert not list((tmp_path / "ds").glob("keys-*.npy"))
+
+
+def test_shard_with_fields_of_different_lengths_is_rejected(docs, tiny_llama, tiny_tokenizer, tmp_path):
+    """A consistently checksummed shard whose keys and values disagree in length (what a window whose first
+    target had no context inside it used to produce) is refused when opened."""
+    import json
+
+    from mlpmem.shards import save_array
+
+    build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", **KW)
+    manifest_path = tmp_path / "ds" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    keys = np.load(tmp_path / "ds" / "keys-00001.npy")
+    manifest["shards"][1]["files"]["keys"] = save_array(tmp_path / "ds", "keys-00001.npy", keys[:-3])
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(CorruptArtifact, match="shard 1 does not hold"):
+        KeyStore(tmp_path / "ds")

@@ -119,7 +119,12 @@ class Window:
 
 
 def make_windows(doc_lengths: list[int], block_size: int, stride: int) -> list[Window]:
-    """Sliding windows over every document; each target (token index >= 1) is scored exactly once."""
+    """Sliding windows over every document; each target (token index >= 1) is scored exactly once.
+
+    A window's first target always has at least one token of context inside the window: with
+    ``stride == block_size`` consecutive windows overlap by one token (the last scored token of one window
+    is the input that predicts the first target of the next).
+    """
     windows = []
     for d, n in enumerate(doc_lengths):
         scored_until = 1  # token 0 (the document-start token) is never a target
@@ -128,7 +133,7 @@ def make_windows(doc_lengths: list[int], block_size: int, stride: int) -> list[W
             end = min(start + block_size, n)
             windows.append(Window(d, start, end, scored_until))
             scored_until = end
-            start += stride
+            start = min(start + stride, scored_until - 1)
     return windows
 
 

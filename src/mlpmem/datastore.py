@@ -153,6 +153,9 @@ def _write_shard(out_dir: Path, manifest: dict, parts: list[EncodedBatch], num_w
     if parts[0].lm_logprob is not None:
         files["lm"] = save_array(out_dir, f"lm-{index:05d}.npy", np.concatenate([p.lm_logprob for p in parts]))
     rows = files["values"]["shape"][0]
+    if any(f["shape"][0] != rows for f in files.values()):
+        lengths = {k: f["shape"][0] for k, f in files.items()}
+        raise CorruptArtifact(f"shard {index}: fields of different lengths {lengths}")
     write_record(out_dir, {"index": index, "windows": num_windows, "rows": rows, "files": files})
     if dist.world == 1:
         manifest = merge_records(out_dir, manifest, num_shards, f"keystore {out_dir}")
@@ -174,6 +177,10 @@ class KeyStore:
             {name: load_array(self.path, entry, verify, what) for name, entry in s["files"].items()}
             for s in self.manifest["shards"]
         ]
+        for i, (record, shard) in enumerate(zip(self.manifest["shards"], self.shards)):
+            if any(len(a) != record["rows"] for a in shard.values()):
+                raise CorruptArtifact(f"{what}: shard {i} does not hold {record['rows']} rows in every field "
+                                      f"({ {k: len(a) for k, a in shard.items()} }): rebuild it")
         offsets = np.cumsum([0] + [s["rows"] for s in self.manifest["shards"]])
         self.offsets = offsets  # shard i holds rows offsets[i]:offsets[i+1]
 
