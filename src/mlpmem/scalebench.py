@@ -19,6 +19,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -206,12 +207,13 @@ def bench_resume(out: Path, size: int) -> dict:
     teacher = store.parent / "teacher"
     scratch = _python(["worker-memory", str(store), "teacher", "0"])["seconds"]
     shards = len(json.loads((store / "manifest.json").read_text())["shards"])
+    shutil.rmtree(teacher)  # the finished scratch build must not be mistaken for the killed run's progress
     cmd = [sys.executable, "-m", "mlpmem.scalebench", "worker-memory", str(store), "teacher", "0"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while proc.poll() is None:
         manifest = teacher / "manifest.json"
         done = len(json.loads(manifest.read_text())["shards"]) if manifest.exists() else 0
-        if done >= shards // 2:
+        if done >= max(1, shards // 2):
             proc.send_signal(signal.SIGKILL)
             break
         time.sleep(0.05)
