@@ -78,3 +78,15 @@ def test_shots_put_demonstrations_first_and_are_checked():
     assert closed_book_prompts([{"question": "X is", "cloze": True}], shots=3) == ["X is"]  # cloze stays bare
     with pytest.raises(ConfigError, match="shots"):
         demonstrations(len(DEMONSTRATIONS) + 1)
+
+
+def test_answer_ends_at_the_document_separator(tiny_tokenizer):
+    """A model fine-tuned on the corpus (CPT, LoRA) ends an answer with the separator the corpus put between
+    documents; the rest of the row must not run into the prediction."""
+    from mlpmem.corpus import doc_start_token
+
+    model = EchoModel(tiny_tokenizer, " The shore")
+    model.ids = model.ids + [doc_start_token(tiny_tokenizer)] + tiny_tokenizer(" The city", add_special_tokens=False)[
+        "input_ids"]
+    r = evaluate_questions(model, tiny_tokenizer, [{"question": "Where?", "answers": ["the shore"]}])
+    assert r["predictions"][0]["prediction"] == "The shore" and r["em"] == 100.0

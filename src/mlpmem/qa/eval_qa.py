@@ -61,19 +61,41 @@ def _prepare_tokenizer(tokenizer):
 @torch.no_grad()
 def generate_answers(model, tokenizer, prompts: list[str], cfg: GenerationConfig | None = None,
                      stops: tuple[str, ...] = STOP_STRINGS, progress: bool = False) -> list[str]:
-    """Greedy continuations of ``prompts``, each cut at the first of ``stops``."""
+    """Greedy continuations of ``prompts``, each ended by an end-of-text token (:func:`end_of_text_ids`) and
+    cut at the first of ``stops``."""
     cfg = cfg or GenerationConfig()
     tokenizer = _prepare_tokenizer(tokenizer)
+    end_ids = end_of_text_ids(model, tokenizer)
     out = []
     for start in tqdm(range(0, len(prompts), cfg.batch_size), desc="generate", disable=not progress):
         batch = tokenizer(prompts[start : start + cfg.batch_size], return_tensors="pt", padding=True,
                           add_special_tokens=False)
         ids = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                              max_new_tokens=cfg.max_new_tokens, do_sample=False, num_beams=1,
-                             pad_token_id=tokenizer.pad_token_id)
-        new = ids[:, batch["input_ids"].shape[1] :]  # (B, new)
+                             pad_token_id=tokenizer.pad_token_id, eos_token_id=end_ids)
+        new = [_until(row, end_ids) for row in ids[:, batch["input_ids"].shape[1] :].tolist()]
         out += [cut_at_stop(t, stops) for t in tokenizer.batch_decode(new, skip_special_tokens=True)]
     return out
+
+
+def end_of_text_ids(model, tokenizer) -> list[int]:
+    """Token ids that end an answer: the tokenizer's EOS, the model's generation EOS and the document
+    separator the corpus put between documents (which a model fine-tuned on the corpus learns to emit)."""
+    from mlpmem.corpus import doc_start_token
+
+    ids = {tokenizer.eos_token_id, doc_start_token(tokenizer)}
+    base = getattr(model, "backbone", model)  # mixed models and kNN-LM decoders wrap the backbone
+    gen = getattr(getattr(base, "generation_config", None), "eos_token_id", None)
+    ids.update(gen if isinstance(gen, (list, tuple)) else [gen])
+    return sorted(i for i in ids if i is not None)
+
+
+def _until(row: list[int], end_ids: list[int]) -> list[int]:
+    """``row`` up to (not including) its first end-of-text id."""
+    for n, token in enumerate(row):
+        if token in end_ids:
+            return row[:n]
+    return row
 
 
 def evaluate_questions(model, tokenizer, questions: list[dict], prompt_fn=closed_book_prompts,
