@@ -94,6 +94,12 @@ def test_qa_report_end_to_end(qa_setup, capsys):
     assert not (tmp / "qa" / "synthetic" / "methods" / "lora.json").exists()
     report = (tmp / "docs" / "report.md").read_text()
     assert "| LoRA |" not in report and "| CPT |" in report and "ablation-alpha.png" in report
+    # ablations of another configuration of the ablation run are not reported as this one's
+    ablate = yaml.safe_load((tmp / "ablate.yaml").read_text())
+    ablate["train"]["lr"] = 0.5
+    (tmp / "ablate.yaml").write_text(yaml.safe_dump(ablate))
+    assert main(["qa-report", str(tmp / "suite.yaml"), "--quiet", "--report-only"]) == 0
+    assert "ablation-alpha.png" not in (tmp / "docs" / "report.md").read_text()
 
 
 def test_eval_qa_command(qa_setup, tiny_backbone_dir, capsys):

@@ -63,10 +63,18 @@ def run_study(run, study: str, progress: bool = True) -> list[dict]:
         variant.__dict__.update(run.__dict__, cfg=cfg)
         state = stage_train(variant, out=base / _slug(name))
         rows.append(_row(name, overrides, state))
-    write_json(base / "results.json", {"study": study, "rows": rows})
+    write_json(base / "results.json", {"study": study, "config": config_record(run.cfg), "rows": rows})
     (base / "results.md").write_text(study_table(study, rows) + "\n")
     plot_study(study, rows, base / "results.png")
     return rows
+
+
+def config_record(cfg) -> dict:
+    """The pipeline configuration as stored next to a study's results (JSON types), to tell whether they
+    belong to the configuration at hand."""
+    import json
+
+    return json.loads(json.dumps(cfg.to_dict(), default=str))
 
 
 def _row(name: str, overrides: dict, state: dict) -> dict:

@@ -408,7 +408,7 @@ def run_benchmark(cfg: QASuiteConfig, name: str, backbone, progress: bool = True
 
 def run_ablations(cfg: QASuiteConfig, backbone, progress: bool = True, train: bool = True) -> dict:
     """The ablation studies on their own pipeline run; with ``train=False`` only the finished ones are collected."""
-    from mlpmem.ablation import run_study
+    from mlpmem.ablation import config_record, run_study
     from mlpmem.config import PipelineConfig
     from mlpmem.pipeline import Run, stage_datastore, stage_knnlm, stage_teacher
 
@@ -418,7 +418,9 @@ def run_ablations(cfg: QASuiteConfig, backbone, progress: bool = True, train: bo
     for study in abl.studies:
         path = Path(pcfg.run_dir) / "ablations" / study / "results.json"
         if path.exists():
-            out[study] = read_json(path, study)["rows"]
+            done = read_json(path, study)
+            if done.get("config") == config_record(pcfg):  # a study of another configuration is redone
+                out[study] = done["rows"]
     if train and cfg.ablations is not None and set(out) != set(abl.studies):
         run = Run(pcfg, progress)
         run._backbone = backbone
