@@ -52,3 +52,16 @@ def test_cli_bench_offline_options(tiny_config, tmp_path, capsys):
     code = cli_main(["bench-offline", str(tiny_config), "--quiet", "--threads", "1", "--train-tokens", "300",
                      "--train-steps", "2", "--repeats", "1", "--out", str(tmp_path / "b")])
     assert code == 0 and "Pipeline stages on the slice" in capsys.readouterr().out
+
+
+def test_full_size_teacher_search_compares_fp32_and_bf16(tiny_config, tmp_path):
+    assert cli_main(["datastore", str(tiny_config), "--quiet"]) == 0  # the full run's datastore, read only
+    before = sorted(p.name for p in (tmp_path / "run").rglob("*"))
+    cfg = OfflineBenchConfig(train_tokens=300, eval_tokens=100, forward_windows=2, train_steps=2, repeats=1,
+                             warmup=0, peak_size=64, threads=1, teacher_queries=24, out_dir=str(tmp_path / "b"))
+    search = main(str(tiny_config), cfg, progress=False)["full_teacher_search"]
+    assert search["queries"] == 24 and set(search["variants"]) == {"fp32", "bf16"}
+    assert search["bf16_neighbour_recall"] > 0.9 and 0 <= search["bf16_target_tv_mean"] <= search["bf16_target_tv_max"]
+    assert all(v["over_keys"] > 0 for v in search["variants"].values())
+    assert "Teacher search at full size" in (tmp_path / "b" / "bench-report.md").read_text()
+    assert sorted(p.name for p in (tmp_path / "run").rglob("*")) == before

@@ -146,3 +146,35 @@ def test_exact_search_matches_bruteforce_across_chunks():
     full = ((keys.astype(np.float32)[None] - q[:, None]) ** 2).sum(-1)
     assert np.array_equal(i, np.argsort(full, 1)[:, :7])
     np.testing.assert_allclose(d, np.sort(full, 1)[:, :7], rtol=1e-4, atol=1e-4)
+
+
+def test_bf16_scan_returns_exact_distances_of_nearly_the_exact_neighbours():
+    rng = np.random.default_rng(2)
+    centers = rng.normal(size=(30, 64)).astype(np.float32) * 3
+    keys = (centers[rng.integers(0, 30, 3000)] + rng.normal(size=(3000, 64))).astype(np.float16)
+    q = keys[:50].astype(np.float32) + 0.05
+    de, ie = ExactIndex(keys, chunk=512).search(q, 40)
+    db, ib = ExactIndex(keys, chunk=512, precision="bf16", rerank_batch=16).search(q, 40)
+    full = ((keys.astype(np.float32)[None] - q[:, None]) ** 2).sum(-1)  # (50, 3000)
+    np.testing.assert_allclose(db, np.take_along_axis(full, ib, 1), rtol=1e-4, atol=1e-3)  # exact distances
+    assert (np.diff(db, axis=1) >= 0).all()
+    assert np.array_equal(ib[:, :10], ie[:, :10])  # the nearest ones are the same
+    recall = np.mean([len(set(a) & set(b)) / 40 for a, b in zip(ib, ie)])
+    assert recall > 0.97
+
+
+def test_bf16_teacher_is_close_to_the_fp32_one_and_the_setting_is_recorded(store_dir, tmp_path):
+    from mlpmem.teacher import _settings
+
+    exact = TeacherConfig(k=16, temperature=2.0, top_k=4)
+    low = TeacherConfig(k=16, temperature=2.0, top_k=4, index=IndexConfig(kind="exact", precision="bf16"))
+    build_teacher(store_dir, tmp_path / "t32", exact, progress=False)
+    build_teacher(store_dir, tmp_path / "t16", low, progress=False)
+    store = KeyStore(store_dir)
+    a, b = TeacherStore(tmp_path / "t32", datastore=store), TeacherStore(tmp_path / "t16", datastore=store)
+    assert (a.array("ids")[:, 0] == b.array("ids")[:, 0]).mean() > 0.95
+    assert np.abs(a.array("probs")[:, 0].astype(np.float32) - b.array("probs")[:, 0]).mean() < 0.02
+    assert "precision" not in _settings(store, exact)["index"]  # teachers built before the option stay valid
+    assert _settings(store, low)["index"]["precision"] == "bf16"
+    with pytest.raises(ConfigError, match="precision"):
+        IndexConfig(precision="fp16")

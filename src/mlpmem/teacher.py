@@ -121,7 +121,7 @@ def _settings(store: KeyStore, cfg: TeacherConfig) -> dict:
         "k": cfg.k,
         "temperature": cfg.temperature,
         "top_k": cfg.top_k,
-        "index": vars(cfg.index),
+        "index": cfg.index.settings(),
     }
 
 

@@ -102,7 +102,7 @@ def cached_index(store: CombinedKeyStore, cfg: IndexConfig, folder: str | Path, 
     kind = cfg.resolved_kind(store.num_rows)
     if kind == "exact":
         raise ConfigError("cached_index builds FAISS indexes: set index kind to ivf_pq or ivf_flat")
-    record = {"sources": store.sources(), "config": vars(cfg), "kind": kind}
+    record = {"sources": store.sources(), "config": cfg.settings(), "kind": kind}
     meta, path = folder / "index.json", folder / "index.faiss"
     if meta.exists() and path.exists():
         saved = read_json(meta, "cached index record")

@@ -31,7 +31,7 @@ def add_arguments(choices: dict) -> None:
     p.add_argument("--new-tokens", type=int, help="generated tokens per repetition (default 32)")
     p.add_argument("--batch-sizes", type=_ints, help="comma-separated (default 1,4)")
     p.add_argument("--warmup", type=int, help="discarded warm-up repetitions (default 1)")
-    p.add_argument("--methods", type=lambda t: t.split(","), help="subset of backbone,memory,knnlm,rag")
+    p.add_argument("--methods", type=lambda t: t.split(","), help="subset of backbone,memory,knnlm,rag,knnlm-exact")
     p.add_argument("--no-ladder", dest="ladder", action="store_false", default=None,
                    help="skip the memory timed without each optimization")
     p.add_argument("--knn-min-keys", type=int, help="keys in the kNN-LM index (default 1,000,000)")
@@ -42,6 +42,8 @@ def add_arguments(choices: dict) -> None:
     p = choices["bench-offline"]
     p.add_argument("--train-tokens", type=int, help="cap of the training split (default 24,000)")
     p.add_argument("--train-steps", type=int, help="timed training steps (default 30)")
+    p.add_argument("--teacher-queries", type=int,
+                   help="queries of the full-size fp32 vs bf16 teacher search (default 2048; 0 skips)")
 
 
 def _given(args: argparse.Namespace, names: tuple[str, ...]) -> dict:
@@ -68,5 +70,5 @@ def bench_infer(args: argparse.Namespace) -> None:
 def bench_offline(args: argparse.Namespace) -> None:
     from mlpmem.bench.offline import OfflineBenchConfig, main
 
-    values = _given(args, ("threads", "repeats", "out_dir", "train_tokens", "train_steps"))
+    values = _given(args, ("threads", "repeats", "out_dir", "train_tokens", "train_steps", "teacher_queries"))
     main(args.config, OfflineBenchConfig(**values), progress=not args.quiet)

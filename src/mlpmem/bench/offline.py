@@ -13,6 +13,12 @@ Measured side by side (``repeats`` interleaved repetitions after a warm-up, medi
    training reaches ``FLOPs/token × tokens/s`` where FLOPs/token of one training step (forward + backward)
    are counted by ``torch.utils.flop_counter.FlopCounterMode``; fraction of the peak of its precision.
 4. **Teacher bytes per token**: from its manifest (6·K + 4) and the bytes on disk.
+5. **Teacher search at full size**: the slice hides that exact search grows with N² (N queries × N keys).
+   Over the full run's own datastore, ``teacher_queries`` seeded queries are searched (k + 1 neighbours,
+   then the sparse targets) with the exact fp32 scan and with the bf16 scan re-ranked in fp32
+   (:class:`~mlpmem.index.ExactIndex`), interleaved; seconds per query × N gives each teacher's time at full
+   size, divided by the key extraction time at full size (N / the slice's key-extraction tokens/s). The
+   agreement of the two teachers: neighbour recall and the total-variation distance of the target rows.
 
 The recorded stage timings of the full run (``<run_dir>/timings.json``, read-only) are shown next to them.
 """
@@ -45,6 +51,8 @@ class OfflineBenchConfig:
     repeats: int = 3
     warmup: int = 1
     peak_size: int = 2048
+    teacher_queries: int = 2048
+    """Queries of the full-size teacher search comparison (0 skips it)."""
     threads: int | None = None
     out_dir: str = "runs/bench/offline"
 
@@ -177,6 +185,51 @@ def stages(run, cfg: OfflineBenchConfig) -> dict:
                         "top_k": run.cfg.teacher.top_k, "index": vars(run.cfg.teacher.index)}}
 
 
+def full_teacher_search(source_dir: str, teacher_cfg, cfg: OfflineBenchConfig, keys_tokens_per_s: float) -> dict | None:
+    """Section 5: fp32 vs bf16 exact teacher search over the full run's datastore (None if it is not built)."""
+    from mlpmem.datastore import KeyStore
+    from mlpmem.index import ExactIndex
+    from mlpmem.teacher import knn_sparse
+
+    folder = Path(source_dir) / "datastore"
+    if cfg.teacher_queries < 1 or not (folder / "manifest.json").exists():
+        return None
+    store = KeyStore(folder)
+    keys, values = store.array("keys"), store.array("values")
+    n = len(keys)
+    rows = np.sort(np.random.default_rng(0).choice(n, min(cfg.teacher_queries, n), replace=False))
+    queries = keys[rows].astype(np.float32)
+    k, batch = teacher_cfg.k, teacher_cfg.query_batch
+    out = {}
+
+    def teacher(index, name):
+        def go():
+            parts = []
+            for b in range(0, len(rows), batch):
+                d, i = index.search(queries[b : b + batch], k + 1)
+                parts.append((i, knn_sparse(d, i, values, rows[b : b + batch], k, teacher_cfg.temperature,
+                                            teacher_cfg.top_k)))
+            out[name] = parts
+        return go
+
+    fns = {p: teacher(ExactIndex(keys, precision=p), p) for p in ("fp32", "bf16")}
+    per_s = _interleave(fns, cfg, len(rows))  # queries/s
+    key_seconds = n / keys_tokens_per_s
+    result = {"keys": n, "queries": len(rows), "k": k, "key_extraction_seconds_full": key_seconds, "variants": {}}
+    for p, q in per_s.items():
+        seconds = n / q["median"]
+        result["variants"][p] = {"queries_per_s": q, "seconds_full": seconds, "over_keys": seconds / key_seconds}
+    recall, tv = [], []
+    for (i32, (t32, p32, _)), (i16, (t16, p16, _)) in zip(out["fp32"], out["bf16"]):
+        recall += [len(set(a) & set(b)) / len(a) for a, b in zip(i32.tolist(), i16.tolist())]
+        for ids_a, pa, ids_b, pb in zip(t32.tolist(), p32.tolist(), t16.tolist(), p16.tolist()):
+            da, db = dict(zip(ids_a, pa)), dict(zip(ids_b, pb))
+            tv.append(0.5 * sum(abs(da.get(t, 0.0) - db.get(t, 0.0)) for t in (set(da) | set(db)) - {-1}))
+    result["bf16_neighbour_recall"] = float(np.mean(recall))
+    result["bf16_target_tv_mean"], result["bf16_target_tv_max"] = float(np.mean(tv)), float(np.max(tv))
+    return result
+
+
 # ---------------------------------------------------------------------------------------------
 # The benchmark
 
@@ -206,7 +259,8 @@ def run_bench(config_path: str, cfg: OfflineBenchConfig, progress: bool = True) 
     achieved = tr["flops_per_token"] * tr["tokens_per_s"]
     peak_key = "bf16" if tr["precision"] == "bf16" else "fp32"
     full = Path(source_dir) / "timings.json"
-    return {"forward_vs_keys": fwd, "stages": st, "matmul_peak_flops": peak,
+    search = full_teacher_search(source_dir, run.cfg.teacher, cfg, st["timings"]["keys_train"]["tokens_per_s"])
+    return {"forward_vs_keys": fwd, "stages": st, "matmul_peak_flops": peak, "full_teacher_search": search,
             "train_flops_per_s": achieved, "train_fraction_of_peak": achieved / peak[peak_key]["median"],
             "train_fraction_of_peak_fp32": achieved / peak["fp32"]["median"],
             "teacher_over_keys": st["timings"]["teacher"]["seconds"] / st["timings"]["keys_train"]["seconds"],
@@ -247,6 +301,19 @@ def report(r: dict) -> str:
     t = st["teacher"]
     lines += [f"Teacher: **{t['bytes_per_token']} B/token** by its manifest (top-{t['top_k']}: 6·K + 4), "
               f"{t['disk_bytes_per_token']:.0f} B/token on disk with .npy headers (target ≤ 400 B).", ""]
+    search = r.get("full_teacher_search")
+    if search:
+        lines += [f"## Teacher search at full size ({search['keys']:,} keys, k = {search['k']}, "
+                  f"{search['queries']:,} seeded queries; median [min-max] of {cfg['repeats']})\n",
+                  markdown_table(["exact scan", "queries/s", "teacher s at full size",
+                                  "/ key extraction at full size"],
+                                 [[p, f"{v['queries_per_s']['median']:.0f} [{v['queries_per_s']['min']:.0f}-"
+                                      f"{v['queries_per_s']['max']:.0f}]", f"{v['seconds_full']:.0f}",
+                                   f"**{v['over_keys']:.2f}**"] for p, v in search["variants"].items()]), "",
+                  f"Key extraction at full size: {search['key_extraction_seconds_full']:.0f} s at the slice's "
+                  f"key-extraction rate. bf16 scan + fp32 re-rank against fp32: neighbour recall "
+                  f"{search['bf16_neighbour_recall']:.4f}, total-variation distance of the sparse targets "
+                  f"mean {search['bf16_target_tv_mean']:.4f}, max {search['bf16_target_tv_max']:.4f}.", ""]
     full = r.get("full_run_timings")
     if full and "teacher" in full and "keys_train" in full:
         lines += [f"## Full run, recorded by the pipeline (`{r['full_run_dir']}/timings.json`)\n",
