@@ -55,13 +55,21 @@ def test_cli_bench_offline_options(tiny_config, tmp_path, capsys):
 
 
 def test_full_size_teacher_search_compares_fp32_and_bf16(tiny_config, tmp_path):
+    raw = yaml.safe_load(tiny_config.read_text())
+    raw["teacher"]["index"] = {"kind": "ivf_flat", "nlist": 4, "nprobe": 4}  # the run's own index: IVF
+    tiny_config.write_text(yaml.safe_dump(raw))
     assert cli_main(["datastore", str(tiny_config), "--quiet"]) == 0  # the full run's datastore, read only
     before = sorted(p.name for p in (tmp_path / "run").rglob("*"))
     cfg = OfflineBenchConfig(train_tokens=300, eval_tokens=100, forward_windows=2, train_steps=2, repeats=1,
                              warmup=0, peak_size=64, threads=1, teacher_queries=24, out_dir=str(tmp_path / "b"))
     search = main(str(tiny_config), cfg, progress=False)["full_teacher_search"]
-    assert search["queries"] == 24 and set(search["variants"]) == {"fp32", "bf16"}
-    assert search["bf16_neighbour_recall"] > 0.9 and 0 <= search["bf16_target_tv_mean"] <= search["bf16_target_tv_max"]
-    assert all(v["over_keys"] > 0 for v in search["variants"].values())
+    variants = search["variants"]
+    assert search["queries"] == 24 and {"exact fp32", "exact bf16 + fp32 re-rank"} <= set(variants)
+    assert variants["exact fp32"]["neighbour_recall"] == 1.0 and variants["exact fp32"]["target_tv_max"] == 0.0
+    bf16 = variants["exact bf16 + fp32 re-rank"]
+    assert bf16["neighbour_recall"] > 0.9 and 0 <= bf16["target_tv_mean"] <= bf16["target_tv_max"]
+    assert all(v["over_keys"] > 0 for v in variants.values())
+    assert {"run's ivf_flat, nprobe 4", "run's ivf_flat, nprobe 1"} <= set(variants)
+    assert variants["run's ivf_flat, nprobe 4"]["neighbour_recall"] > 0.9  # every list probed (ties may swap)
     assert "Teacher search at full size" in (tmp_path / "b" / "bench-report.md").read_text()
     assert sorted(p.name for p in (tmp_path / "run").rglob("*")) == before
