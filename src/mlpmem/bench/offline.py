@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from mlpmem.bench.common import markdown_table, summarize, threads, write_text
-from mlpmem.errors import ConfigError
+from mlpmem.errors import ConfigError, CorruptArtifact
 
 
 @dataclass
@@ -237,7 +237,7 @@ def _search_variants(store, index_cfg, source_dir: Path, teacher) -> dict:
         return fns
     try:
         index = FaissIndex.open(source_dir / "teacher" / "index", store, {"kind": kind, "config": index_cfg.settings()})
-    except Exception:  # not saved (or stale): build it here, never written into the run's folder
+    except (CorruptArtifact, OSError):  # not saved (or stale): build it here, never written into the run's folder
         index = FaissIndex.build(store, index_cfg, kind)
     nprobe = index.index.nprobe
     for probes in dict.fromkeys([nprobe, max(1, nprobe // 4)]):
