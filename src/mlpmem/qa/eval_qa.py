@@ -161,8 +161,6 @@ def method_model(method: str, backbone, tokenizer, run_dir=None, corpus=None, la
     import copy
     from pathlib import Path
 
-    import numpy as np
-
     from mlpmem.shards import read_json
 
     need_run = method in ("memory", "knnlm")
@@ -185,18 +183,9 @@ def method_model(method: str, backbone, tokenizer, run_dir=None, corpus=None, la
         return MemoryAugmentedLM.from_pretrained(run_dir / "memory", backbone, tokenizer, lam=lam), \
             prompt_builder(shots), {"lambda": lam}
     if method == "knnlm":
-        from mlpmem.backbone import resolve_layer
-        from mlpmem.baselines.knnlm_decode import KnnLMDecoder
-        from mlpmem.datastore import KeyStore
-        from mlpmem.index import ExactIndex
-
-        store = KeyStore(run_dir / "datastore")
-        chosen = read_json(run_dir / "knnlm" / "results.json", "knnlm results")["chosen"]
-        lam = lam if lam is not None else chosen["lambda"]
-        model = KnnLMDecoder(backbone, ExactIndex(np.asarray(store.array("keys"), dtype=np.float32)),
-                             np.asarray(store.array("values")), resolve_layer(backbone, store.manifest["layer"]),
-                             store.manifest["site"], k=chosen["k"], temperature=chosen["temperature"], lam=lam)
-        return model, prompt_builder(shots), {"lambda": lam, "k": chosen["k"], "temperature": chosen["temperature"]}
+        model, chosen = knnlm_decoder(backbone, run_dir, lam)
+        return model, prompt_builder(shots), {"lambda": model.lam, "k": chosen["k"],
+                                              "temperature": chosen["temperature"]}
     if method in ("rag-dense", "rag-bm25"):
         from mlpmem.baselines.rag import RAG, RAGConfig
 
@@ -216,3 +205,24 @@ def method_model(method: str, backbone, tokenizer, run_dir=None, corpus=None, la
         model, stats = train_lora(copy.deepcopy(backbone), tokenizer, docs, target, progress=progress)
         return model, prompt_builder(shots), stats
     raise ConfigError(f"unknown method {method!r}")
+
+
+def knnlm_decoder(backbone, run_dir, lam: float | None = None):
+    """``(KnnLMDecoder, chosen)``: kNN-LM over a finished run's datastore (exact search) with the k and T its
+    perplexity sweep chose (``chosen``), mixed with weight ``lam`` (default: the sweep's λ)."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from mlpmem.backbone import resolve_layer
+    from mlpmem.baselines.knnlm_decode import KnnLMDecoder
+    from mlpmem.datastore import KeyStore
+    from mlpmem.index import ExactIndex
+    from mlpmem.shards import read_json
+
+    store = KeyStore(Path(run_dir) / "datastore")
+    chosen = read_json(Path(run_dir) / "knnlm" / "results.json", "knnlm results")["chosen"]
+    decoder = KnnLMDecoder(backbone, ExactIndex(store.array("keys")), np.asarray(store.array("values")),
+                           resolve_layer(backbone, store.manifest["layer"]), store.manifest["site"], k=chosen["k"],
+                           temperature=chosen["temperature"], lam=chosen["lambda"] if lam is None else lam)
+    return decoder, chosen

@@ -270,19 +270,9 @@ def method_rag(kind: str):
 
 
 def method_knnlm(ctx: Context, state: dict):
-    import numpy as np
+    from mlpmem.qa.eval_qa import knnlm_decoder
 
-    from mlpmem.backbone import resolve_layer
-    from mlpmem.baselines.knnlm_decode import KnnLMDecoder
-    from mlpmem.datastore import KeyStore
-    from mlpmem.index import ExactIndex
-    store = KeyStore(ctx.run.path("datastore"))
-    chosen = read_json(ctx.run.path("knnlm", "results.json"), "knnlm results")["chosen"]
-    index = ExactIndex(np.asarray(store.array("keys"), dtype=np.float32))
-    values = np.asarray(store.array("values"))
-    layer = resolve_layer(ctx.model, ctx.run.cfg.backbone.layer)
-    decoder = KnnLMDecoder(ctx.model, index, values, layer, ctx.run.cfg.backbone.site, k=chosen["k"],
-                           temperature=chosen["temperature"], lam=0.0)
+    decoder, chosen = knnlm_decoder(ctx.model, ctx.run.dir, lam=0.0)
 
     def make(lam):
         decoder.lam = lam
@@ -290,12 +280,13 @@ def method_knnlm(ctx: Context, state: dict):
 
     keys_s = ctx.run.timings().get("keys_train", {}).get("seconds")
     return decoder, _tuned(ctx, make, ctx.prompts), {
-        "trainable_parameters": 0, "train_seconds": keys_s, "inference_bytes": _dir_bytes(store.path),
+        "trainable_parameters": 0, "train_seconds": keys_s, "inference_bytes": _dir_bytes(ctx.run.path("datastore")),
         "k": chosen["k"], "temperature": chosen["temperature"]}
 
 
 def method_memory(ctx: Context, state: dict):
     from mlpmem.mixed import MemoryAugmentedLM
+
     results = state["memory_results"]
     mixed = MemoryAugmentedLM.from_pretrained(ctx.run.path("memory"), ctx.model, ctx.tokenizer, lam=0.0)
 
@@ -312,6 +303,7 @@ def method_memory(ctx: Context, state: dict):
 
 def method_cpt(ctx: Context, state: dict):
     from mlpmem.baselines.cpt import train_cpt
+
     model = copy.deepcopy(ctx.model)
     stats = train_cpt(model, ctx.tokenizer, ctx.docs, ctx.cfg.cpt, ctx.progress)
     return model, _evaluate_splits(ctx, model, ctx.prompts), stats
@@ -319,6 +311,7 @@ def method_cpt(ctx: Context, state: dict):
 
 def method_lora(ctx: Context, state: dict):
     from mlpmem.baselines.lora import train_lora
+
     target = state["memory_results"]["memory_trainable_parameters"]
     model, stats = train_lora(copy.deepcopy(ctx.model), ctx.tokenizer, ctx.docs, target, ctx.cfg.lora, ctx.progress)
     return model, _evaluate_splits(ctx, model, ctx.prompts), stats
