@@ -14,6 +14,7 @@ import hashlib
 import json
 import mmap
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -33,11 +34,12 @@ class DiskFull(MlpmemError):
 
 @contextlib.contextmanager
 def writing(tmp: Path):
-    """Write ``tmp``; on any failure remove it, and turn a full disk into a one-line :class:`DiskFull`."""
+    """Write ``tmp`` (a file or a folder); on any failure remove it, and turn a full disk into a one-line
+    :class:`DiskFull`."""
     try:
         yield
     except BaseException as exc:
-        tmp.unlink(missing_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
         short = isinstance(exc, OSError) and exc.errno is None and "written" in str(exc)  # numpy's short write
         if isinstance(exc, OSError) and (exc.errno in FULL or short):
             cause = os.strerror(exc.errno) if exc.errno else str(exc)

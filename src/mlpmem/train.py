@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -33,7 +32,7 @@ from mlpmem.eval.perplexity import best_lambda, lambda_curve, perplexity
 from mlpmem.loss import check_alpha, sparse_hybrid_loss
 from mlpmem.memory import MLPMemory
 from mlpmem.mixing import check_lambda
-from mlpmem.shards import FULL, DiskFull, read_json, sha256_file, write_json
+from mlpmem.shards import read_json, sha256_file, write_json, writing
 
 
 @dataclass
@@ -154,14 +153,8 @@ CHECKPOINT_FILES = ("memory/model.safetensors", "optimizer.safetensors")
 def save_checkpoint(folder: Path, memory: MLPMemory, optimizer: torch.optim.Optimizer, state: dict) -> None:
     """Write the checkpoint to ``<folder>.tmp``, then swap it in (a full disk leaves the previous one intact)."""
     tmp = folder.with_name(folder.name + ".tmp")
-    try:
+    with writing(tmp):
         _write_checkpoint(tmp, memory, optimizer, state)
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if exc.errno in FULL:
-            raise DiskFull(f"disk full while writing checkpoint {folder} ({os.strerror(exc.errno)}): free space "
-                           "and rerun, the previous checkpoint is kept") from None
-        raise
     old = folder.with_name(folder.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
     if folder.exists():
