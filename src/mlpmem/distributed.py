@@ -49,6 +49,11 @@ def launched_world() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def launched_rank() -> int:
+    """This process's global rank set by the launcher (``RANK``), 0 if none; no process group is joined."""
+    return int(os.environ.get("RANK", "0"))
+
+
 def current() -> Dist:
     """The :class:`Dist` of this process; joins the process group when launched with several processes."""
     if launched_world() == 1:

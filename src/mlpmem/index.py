@@ -277,7 +277,7 @@ def open_or_build(store, cfg: IndexConfig, folder: str | Path, dist=None):
     previous run or another process already built it; exact indexes are the keys themselves (not saved)."""
     kind = cfg.resolved_kind(store.num_rows)
     if kind == "exact":
-        return ExactIndex(store.array("keys"), precision=cfg.precision)
+        return build_index(store, cfg)
     settings = {"kind": kind, "config": cfg.settings(), "datastore_rows": store.num_rows,
                 "datastore_manifest_sha": sha256_file(Path(store.path) / "manifest.json")}
     folder = Path(folder)

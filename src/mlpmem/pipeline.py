@@ -25,6 +25,7 @@ import yaml
 
 from mlpmem.config import CorpusConfig, PipelineConfig
 from mlpmem.corpus import SPLITS, Document, read_documents, split_files, tokenize_documents
+from mlpmem.distributed import launched_rank
 from mlpmem.errors import ConfigError, CorpusError
 from mlpmem.shards import read_json, write_json
 
@@ -35,7 +36,7 @@ class Run:
     def __init__(self, cfg: PipelineConfig, progress: bool = True):
         self.cfg, self.progress = cfg, progress
         self.dir = Path(cfg.run_dir)
-        self.is_main = int(os.environ.get("RANK", "0")) == 0  # under torchrun / accelerate launch
+        self.is_main = launched_rank() == 0  # under torchrun / accelerate launch
         self.dir.mkdir(parents=True, exist_ok=True)
         if self.is_main:
             (self.dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
