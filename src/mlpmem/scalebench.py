@@ -234,21 +234,23 @@ def _resume_teacher(store: str) -> None:
 
 
 def markdown(results: dict, command: str) -> str:
+    from mlpmem.bench.common import markdown_table
+
     lines = [f"# Scaling measurements\n\nCommand: `{command}`\n", "## Throughput with 1 and N processes\n",
-             "| stage | processes | tokens | launch wall s | stage s | tokens/s |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r['stage']} | {r['processes']} | {r['rows']} | {r['launch_wall_s']:.1f} | {r['stage_s']:.1f} | "
-              f"{r['tokens_per_s']:.0f} |" for r in results.get("processes", [])]
-    lines += ["\n## Peak RSS against datastore size\n", "| keys | datastore MB | stage | seconds | peak RSS MB |",
-              "|---|---|---|---|---|"]
-    lines += [f"| {r['rows']} | {r['datastore_mb']:.0f} | {r['stage']} | {r['seconds']:.1f} | {r['peak_rss_mb']:.0f} |"
-              for r in results.get("memory", [])]
+             markdown_table(["stage", "processes", "tokens", "launch wall s", "stage s", "tokens/s"],
+                            [[r["stage"], r["processes"], r["rows"], f"{r['launch_wall_s']:.1f}", f"{r['stage_s']:.1f}",
+                              f"{r['tokens_per_s']:.0f}"] for r in results.get("processes", [])]),
+             "\n## Peak RSS against datastore size\n",
+             markdown_table(["keys", "datastore MB", "stage", "seconds", "peak RSS MB"],
+                            [[r["rows"], f"{r['datastore_mb']:.0f}", r["stage"], f"{r['seconds']:.1f}",
+                              f"{r['peak_rss_mb']:.0f}"] for r in results.get("memory", [])])]
     if "resume" in results:
         r = results["resume"]
         lines += ["\n## Resume against rerun from scratch (teacher)\n",
-                  "| keys | shards | shards done at SIGKILL | scratch s | resume s | resume / scratch |",
-                  "|---|---|---|---|---|---|",
-                  f"| {r['rows']} | {r['shards']} | {r['shards_done_at_kill']} | {r['scratch_s']:.1f} | "
-                  f"{r['resume_s']:.1f} | {r['resume_over_scratch']:.2f} |"]
+                  markdown_table(["keys", "shards", "shards done at SIGKILL", "scratch s", "resume s",
+                                  "resume / scratch"],
+                                 [[r["rows"], r["shards"], r["shards_done_at_kill"], f"{r['scratch_s']:.1f}",
+                                   f"{r['resume_s']:.1f}", f"{r['resume_over_scratch']:.2f}"]])]
     return "\n".join(lines) + "\n"
 
 
