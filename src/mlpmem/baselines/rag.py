@@ -149,20 +149,21 @@ def build_rag_prompt(question: str, passages: list[str], tokenizer, max_prompt_t
     tokens left (decoded back to text) and later passages are dropped. ``shots`` demonstrations
     (:func:`mlpmem.qa.prompts.qa_prompt`) open the prompt and count against the limit.
     """
-    if _num_tokens(tokenizer, qa_prompt(question, shots=shots)) > max_prompt_tokens:
+    def fits(context: list[str]) -> bool:
+        return _num_tokens(tokenizer, qa_prompt(question, context, shots)) <= max_prompt_tokens
+
+    if not fits([]):
         raise MlpmemError(f"the question alone is longer than the context limit ({max_prompt_tokens} tokens)")
     kept: list[str] = []
     for passage in passages:
-        if _num_tokens(tokenizer, qa_prompt(question, kept + [passage], shots)) <= max_prompt_tokens:
+        if fits(kept + [passage]):
             kept.append(passage)
             continue
         ids = tokenizer(passage, add_special_tokens=False)["input_ids"]
         lo, hi = 0, len(ids)  # the longest prefix of the passage that still fits (binary search)
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            cut = tokenizer.decode(ids[:mid]).strip()
-            lo, hi = (mid, hi) if _num_tokens(tokenizer, qa_prompt(question, kept + [cut], shots)) <= max_prompt_tokens \
-                else (lo, mid - 1)
+            lo, hi = (mid, hi) if fits(kept + [tokenizer.decode(ids[:mid]).strip()]) else (lo, mid - 1)
         if lo > 0:
             kept.append(tokenizer.decode(ids[:lo]).strip())
         break

@@ -4,8 +4,8 @@ Each trained model folder (weights + tokenizer) is a local backbone for ``mlpmem
 captured at its last block's feed-forward input by ``KeyHook`` (the Memory Mosaics model is laid out like
 Llama for this), the kNN-LM sweep and the sparse teacher are built on a capped slice of the same training
 split, a memory is trained, and test perplexity with and without the memory (λ chosen on validation) is
-read from the run's ``results.json`` (summary: ``out_dir/memory_on_top.{json,md}``). Windows are as long as the training context (256 tokens, stride
-128) so that neither model runs past the length it was trained on.
+read from the run's ``results.json`` (summary: ``out_dir/memory_on_top.{json,md}``). Windows are as long
+as the training context (256 tokens, stride 128) so that neither model runs past the length it was trained on.
 """
 
 from __future__ import annotations
@@ -62,5 +62,6 @@ def memory_table(summary: dict) -> str:
     for kind, s in summary.items():
         rows.append(f"| {KIND_NAMES[kind]} | {s['backbone']:.2f} | {s['knnlm']:.2f} | {s['memory']:.2f} | "
                     f"{s['memory+backbone']:.2f} ({s['lambda']}) | {s['memory_trainable_parameters']:,} "
-                    f"({s['memory_parameters']:,}) | {s['memory_bytes'] / 1e6:.2f} | {s['datastore_bytes'] / 1e6:.1f} |")
+                    f"({s['memory_parameters']:,}) | {s['memory_bytes'] / 1e6:.2f} | "
+                    f"{s['datastore_bytes'] / 1e6:.1f} |")
     return "\n".join(rows)
