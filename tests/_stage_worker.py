@@ -3,10 +3,14 @@
     python tests/_stage_worker.py BACKBONE_DIR OUT_DIR STAGE[,STAGE...]
 
 Stages: ``datastore`` (OUT/ds), ``teacher`` (OUT/teacher, exact or ``ivf`` index), ``train`` (OUT/train, then
-OUT/memory). ``MLPMEM_TEST_KILL_AT=n`` SIGKILLs the process at its n-th rename (``os.replace``/``os.rename``:
-the commit point of every atomic write), *before* doing it, so the temporary file is left behind as a real
-kill would leave it; ``MLPMEM_TEST_KILL_RANK`` restricts that to one rank. At the end the worker prints
-``renames=<count>`` so a test can draw a kill point among them.
+OUT/memory); ``train-tied`` trains a memory whose head is the backbone's frozen embedding (OUT/train-tied, then
+OUT/memory-tied); a ``-fsdp`` suffix trains either with ``sharding: fsdp`` into the same folders, and
+``MLPMEM_TEST_STOP_AFTER=n`` stops training after n steps.
+
+``MLPMEM_TEST_KILL_AT=n`` SIGKILLs the process at its n-th rename (``os.replace``/``os.rename``: the commit point
+of every atomic write), *before* doing it, so the temporary file is left behind as a real kill would leave it;
+``MLPMEM_TEST_KILL_RANK`` restricts that to one rank. At the end the worker prints ``renames=<count>`` so a test
+can draw a kill point among them.
 """
 
 from __future__ import annotations
@@ -65,19 +69,47 @@ def teacher_config(kind: str = "exact"):
     return TeacherConfig(k=8, temperature=2.0, top_k=4, query_batch=16, index=index)
 
 
-def tiny_memory(store):
-    from mlpmem.memory import MemoryConfig, MLPMemory
+def tiny_memory(store, backbone_dir: Path | None = None):
+    """A 2-block memory; with ``backbone_dir``, its head tied to (and frozen as) the backbone's embedding."""
+    from mlpmem.memory import MemoryConfig, MLPMemory, tie_to_backbone
 
     torch.manual_seed(0)
     vocab = int(store.manifest["backbone"]["vocab_size"])
-    return MLPMemory(MemoryConfig(input_size=store.hidden_size, vocab_size=vocab, intermediate_size=16,
-                                  num_layers=2))
+    memory = MLPMemory(MemoryConfig(input_size=store.hidden_size, vocab_size=vocab, intermediate_size=16,
+                                    num_layers=2, tie_head=backbone_dir is not None))
+    if backbone_dir is not None:
+        from transformers import AutoModelForCausalLM
+
+        tie_to_backbone(memory, AutoModelForCausalLM.from_pretrained(backbone_dir))
+    return memory
+
+
+def train_stage(stage: str, backbone_dir: Path, out: Path) -> None:
+    """``train``, ``train-tied``, each optionally ``-fsdp``: see the module docstring."""
+    from mlpmem.datastore import KeyStore
+    from mlpmem.teacher import TeacherStore
+    from mlpmem.train import EvalData, TrainConfig, TrainData, train_memory
+
+    flags = stage.split("-")[1:]
+    suffix = "-tied" if "tied" in flags else ""
+    store = KeyStore(out / "ds")
+    teacher = TeacherStore(out / "teacher", datastore=store)
+    data = TrainData(store.rows("keys"), store.rows("values"), teacher.rows("ids"), teacher.rows("probs"),
+                     teacher.rows("residual"))
+    n = min(100, store.num_rows)
+    val = EvalData(store.array("keys")[:n], store.array("values")[:n],
+                   np.full(n, -np.log(store.manifest["backbone"]["vocab_size"]), np.float32))
+    memory = tiny_memory(store, backbone_dir if suffix else None)
+    cfg = TrainConfig(**TRAIN, sharding="fsdp" if "fsdp" in flags else "ddp")
+    stop = int(os.environ.get("MLPMEM_TEST_STOP_AFTER", "0")) or None
+    train_memory(memory, data, val, cfg, out / f"train{suffix}", progress=False, stop_after=stop)
+    if int(os.environ.get("RANK", "0")) == 0:
+        memory.save_pretrained(out / f"memory{suffix}")
 
 
 def run_stage(stage: str, backbone_dir: Path, out: Path, dist=None) -> None:
-    from mlpmem.datastore import KeyStore, build_keystore
-    from mlpmem.teacher import TeacherStore, build_teacher
-    from mlpmem.train import EvalData, TrainConfig, TrainData, train_memory
+    from mlpmem.datastore import build_keystore
+    from mlpmem.teacher import build_teacher
 
     if stage == "datastore":
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -88,18 +120,8 @@ def run_stage(stage: str, backbone_dir: Path, out: Path, dist=None) -> None:
     elif stage in ("teacher", "teacher-ivf"):
         build_teacher(out / "ds", out / "teacher", teacher_config("ivf" if stage == "teacher-ivf" else "exact"),
                       progress=False, dist=dist)
-    elif stage == "train":
-        store = KeyStore(out / "ds")
-        teacher = TeacherStore(out / "teacher", datastore=store)
-        data = TrainData(store.rows("keys"), store.rows("values"), teacher.rows("ids"), teacher.rows("probs"),
-                         teacher.rows("residual"))
-        n = min(100, store.num_rows)
-        val = EvalData(store.array("keys")[:n], store.array("values")[:n],
-                       np.full(n, -np.log(store.manifest["backbone"]["vocab_size"]), np.float32))
-        memory = tiny_memory(store)
-        train_memory(memory, data, val, TrainConfig(**TRAIN), out / "train", progress=False)
-        if int(os.environ.get("RANK", "0")) == 0:
-            memory.save_pretrained(out / "memory")
+    elif stage.split("-")[0] == "train":
+        train_stage(stage, backbone_dir, out)
     else:
         raise SystemExit(f"unknown stage {stage}")
 

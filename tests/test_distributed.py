@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -14,12 +15,16 @@ import torch
 from safetensors.torch import load_file
 
 from mlpmem.distributed import Dist, merge_records, my_slice, read_records, write_record
+from mlpmem.errors import ConfigError
+from mlpmem.memory import MLPMemory
 from mlpmem.shards import save_array
+from mlpmem.train import TrainConfig, adamw, load_checkpoint
 
 import _stage_worker as worker
 
 WORKER = Path(__file__).parent / "_stage_worker.py"
 ROOT = Path(__file__).parent.parent
+WEIGHTS = "model.safetensors"
 
 
 pytestmark = pytest.mark.usefixtures("subprocess_stage_env")
@@ -119,3 +124,76 @@ def test_two_processes_share_one_saved_faiss_index(tiny_backbone_dir, tmp_path):
     meta = json.loads((two / "teacher" / "index" / "index.json").read_text())
     assert meta["kind"] == "ivf_flat" and meta["ntotal"] == manifest(one / "ds")["rows"]
     assert same_files(one / "teacher", two / "teacher")
+
+
+def assert_close_files(a: Path, b: Path, tol: float = 1e-5) -> None:
+    """Two safetensors files hold the same tensor names, each equal within ``tol``."""
+    x, y = load_file(str(a)), load_file(str(b))
+    assert x.keys() == y.keys(), (a, b)
+    for name in x:
+        torch.testing.assert_close(x[name], y[name], rtol=tol, atol=tol, msg=f"{b}: {name}")
+
+
+def train_copy(one: Path, folder: Path) -> Path:
+    """A run folder holding a copy of ``one``'s datastore and teacher (training only reads them)."""
+    for part in ("ds", "teacher"):
+        shutil.copytree(one / part, folder / part)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_backbone_dir, tmp_path_factory):
+    """1-process datastore, teacher and trained memories (untied head; head tied to the frozen embedding)."""
+    import mlpmem.shards
+
+    one = tmp_path_factory.mktemp("one")
+    threads = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as mp:  # as subprocess_stage_env does for each test
+        mp.setattr(mlpmem.shards, "FSYNC", False)
+        mp.setenv("MLPMEM_FSYNC", "0")
+        mp.setenv("MLPMEM_THREADS", "1")
+        torch.set_num_threads(1)
+        for stage in ("datastore", "teacher", "train", "train-tied"):
+            worker.run_stage(stage, tiny_backbone_dir, one)
+    torch.set_num_threads(threads)
+    return one
+
+
+def test_fsdp_two_processes_equal_one_process(reference, tiny_backbone_dir, tmp_path):
+    """``sharding: fsdp`` on 2 processes trains the 1-process memory within 1e-5 (an untied head is sharded, a tied
+    frozen one stays whole) and writes the usual checkpoint: full weights and moments, read by the normal loader."""
+    two = train_copy(reference, tmp_path / "two")
+    proc = launch(tiny_backbone_dir, two, "train-fsdp,train-tied-fsdp")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for suffix in ("", "-tied"):
+        assert_close_files(reference / f"memory{suffix}" / WEIGHTS, two / f"memory{suffix}" / WEIGHTS)
+        for name in (f"memory/{WEIGHTS}", "optimizer.safetensors"):
+            ckpt = Path(f"train{suffix}", "checkpoint", name)
+            assert_close_files(reference / ckpt, two / ckpt)
+        a, b = (json.loads((run / f"train{suffix}" / "train_state.json").read_text()) for run in (reference, two))
+        assert b["processes"] == 2 and b["config"]["sharding"] == "fsdp" and a["step"] == b["step"]
+        for x, y in zip(a["history"], b["history"], strict=True):  # the epoch evaluations ran on the sharded model
+            assert y["memory_ppl"] == pytest.approx(x["memory_ppl"], rel=1e-5)
+    memory = MLPMemory.from_pretrained(two / "train" / "checkpoint" / "memory")
+    optimizer = adamw(memory, TrainConfig(**worker.TRAIN))
+    state = load_checkpoint(two / "train" / "checkpoint", memory, optimizer)
+    assert state["step"] == a["step"] and len(optimizer.state) == len(list(memory.parameters()))
+
+
+def test_checkpoints_resume_across_sharding_and_processes(reference, tiny_backbone_dir, tmp_path, monkeypatch):
+    """1 process (ddp) to step 5, then 2 processes (fsdp) to step 10, then 1 process (fsdp = plain) to the end:
+    the memory of the uninterrupted 1-process run."""
+    run = train_copy(reference, tmp_path / "run")
+    monkeypatch.setenv("MLPMEM_TEST_STOP_AFTER", "5")
+    worker.run_stage("train", tiny_backbone_dir, run)
+    proc = launch(tiny_backbone_dir, run, "train-fsdp", MLPMEM_TEST_STOP_AFTER="10")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((run / "train" / "checkpoint" / "trainer_state.json").read_text())["step"] == 10
+    monkeypatch.delenv("MLPMEM_TEST_STOP_AFTER")
+    worker.run_stage("train-fsdp", tiny_backbone_dir, run)
+    assert_close_files(reference / "memory" / WEIGHTS, run / "memory" / WEIGHTS)
+
+
+def test_bad_sharding_is_a_config_error():
+    with pytest.raises(ConfigError, match="train.sharding must be ddp or fsdp, got 'zero3'"):
+        TrainConfig(sharding="zero3")

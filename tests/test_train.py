@@ -65,6 +65,17 @@ def test_corrupt_checkpoint_and_changed_config(tmp_path):
         train_memory(_memory(), data, val, TrainConfig(**CFG), tmp_path, progress=False)
 
 
+
+def test_fsdp_on_one_process_is_the_plain_run(tmp_path):
+    """With one process ``sharding: fsdp`` shards nothing: the very same steps as ``ddp``."""
+    data, val = _data()
+    plain, fsdp = _memory(), _memory()
+    train_memory(plain, data, val, TrainConfig(**CFG), tmp_path / "a", progress=False)
+    train_memory(fsdp, data, val, TrainConfig(**dict(CFG, sharding="fsdp")), tmp_path / "b", progress=False)
+    for (name, a), b in zip(plain.state_dict().items(), fsdp.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
 def test_schedule_and_order():
     cfg = TrainConfig(warmup_fraction=0.1, min_lr_fraction=0.1)
     lrs = [lr_at(s, 100, cfg) for s in range(100)]

@@ -8,12 +8,15 @@ with N processes (``accelerate launch`` / ``torchrun``) it is data-parallel (DDP
 every N-th row of each batch of the shared order, reads only those rows from the memory-mapped shards,
 and scales its loss by ``N · n_rank / n_batch`` so that DDP's gradient average is exactly the gradient of
 the whole batch's mean loss; 1 and N processes then take the same steps up to float summation order.
+With ``sharding: fsdp`` the N processes instead train a copy of the memory sharded with PyTorch FSDP2
+(parameters, gradients and AdamW moments split across processes; same rows, weights and steps as DDP).
 Checkpoints are safetensors only: the memory (``save_pretrained``), the optimizer moments and a JSON
 trainer state holding the sha256 of both files, checked when the checkpoint is opened.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import shutil
@@ -33,6 +36,10 @@ from mlpmem.loss import check_alpha, sparse_hybrid_loss
 from mlpmem.memory import MLPMemory
 from mlpmem.mixing import check_lambda
 from mlpmem.shards import read_json, sha256_file, write_json, writing
+
+SHARDINGS = ("ddp", "fsdp")
+RUNTIME_KEYS = ("sharding",)
+"""Train config keys that change how a run is executed, not what it computes: a checkpoint resumes under any."""
 
 
 @dataclass
@@ -60,6 +67,9 @@ class TrainConfig:
     """Steps between checkpoints (and always at the end of an epoch)."""
     eval_lambdas: list[float] = field(default_factory=lambda: [round(0.05 * i, 2) for i in range(21)])
     seed: int = 0
+    sharding: str = "ddp"
+    """With N processes: ``ddp`` (every process holds the whole memory and its AdamW moments) or ``fsdp`` (they
+    are sharded across processes, for memories too large for one device). Identical with 1 process."""
 
     def __post_init__(self):
         check_alpha(self.alpha)
@@ -72,6 +82,13 @@ class TrainConfig:
         check_precision(self.precision)
         if self.init not in ("random", "backbone"):
             raise ConfigError(f"train.init must be random or backbone, got {self.init!r}")
+        if self.sharding not in SHARDINGS:
+            raise ConfigError(f"train.sharding must be ddp or fsdp, got {self.sharding!r}")
+
+
+def recipe(config: dict) -> dict:
+    """A train config (as a dict) without its :data:`RUNTIME_KEYS`: what a checkpoint must agree with."""
+    return {k: v for k, v in config.items() if k not in RUNTIME_KEYS}
 
 
 @dataclass
@@ -124,10 +141,43 @@ def evaluate(memory: MLPMemory, data: EvalData, lambdas: list[float]) -> dict:
 
 def optimizer_step(accelerator, optimizer, scheduler, params, grad_clip: float) -> None:
     """Clip the gradients of ``params``, step the optimizer and the schedule, clear the gradients."""
-    accelerator.clip_grad_norm_(params, grad_clip)
+    from torch.distributed.tensor import DTensor
+
+    params = list(params)
+    if any(isinstance(p, DTensor) for p in params):
+        clip_sharded(params, grad_clip)
+    else:
+        accelerator.clip_grad_norm_(params, grad_clip)
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
+
+
+def clip_sharded(params: list, max_norm: float) -> torch.Tensor:
+    """Clip FSDP-sharded gradients to the global norm over all shards of all processes (collective)."""
+    from torch.distributed.tensor import DTensor
+
+    norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+    if isinstance(norm, DTensor):  # a norm still partial over the shards is reduced here
+        norm = norm.full_tensor()
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
+    return norm
+
+
+def adamw(memory: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters: weight decay on matrices, none on vectors (norms, biases)."""
+    trainable = [p for p in memory.parameters() if p.requires_grad]
+    decay = [p for p in trainable if p.ndim >= 2]
+    no_decay = [p for p in trainable if p.ndim < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+
+
+def lr_schedule(optimizer, total: int, cfg: TrainConfig, step: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """The :func:`lr_at` schedule over ``total`` steps, positioned after ``step`` steps (0 for a new run)."""
+    for group in optimizer.param_groups:
+        group["initial_lr"] = cfg.lr
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(s, total, cfg), last_epoch=step - 1)
 
 
 def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
@@ -150,11 +200,23 @@ def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
 CHECKPOINT_FILES = ("memory/model.safetensors", "optimizer.safetensors")
 
 
-def save_checkpoint(folder: Path, memory: MLPMemory, optimizer: torch.optim.Optimizer, state: dict) -> None:
-    """Write the checkpoint to ``<folder>.tmp``, then swap it in (a full disk leaves the previous one intact)."""
+def flat_moments(optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    """The optimizer state as checkpoint tensors ``{i.name}``, ``i`` the index of the parameter in the groups."""
+    return _flatten([group["params"] for group in optimizer.param_groups], optimizer.state)
+
+
+def _flatten(groups: list[list], state: dict) -> dict[str, torch.Tensor]:
+    keys = [key for group in groups for key in group]
+    return {f"{i}.{name}": torch.as_tensor(value).detach().clone().contiguous()
+            for i, key in enumerate(keys) for name, value in state.get(key, {}).items()}
+
+
+def save_checkpoint(folder: Path, memory: torch.nn.Module, moments: dict[str, torch.Tensor], state: dict) -> None:
+    """Write the checkpoint (the model, the optimizer ``moments`` of :func:`flat_moments`, the trainer state) to
+    ``<folder>.tmp``, then swap it in (a full disk leaves the previous one intact)."""
     tmp = folder.with_name(folder.name + ".tmp")
     with writing(tmp):
-        _write_checkpoint(tmp, memory, optimizer, state)
+        _write_checkpoint(tmp, memory, moments, state)
     old = folder.with_name(folder.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
     if folder.exists():
@@ -163,15 +225,11 @@ def save_checkpoint(folder: Path, memory: MLPMemory, optimizer: torch.optim.Opti
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _write_checkpoint(tmp: Path, memory: MLPMemory, optimizer: torch.optim.Optimizer, state: dict) -> None:
+def _write_checkpoint(tmp: Path, memory: torch.nn.Module, moments: dict[str, torch.Tensor], state: dict) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     memory.save_pretrained(tmp / "memory")
-    tensors = {}
-    for i, p in enumerate(g for group in optimizer.param_groups for g in group["params"]):
-        for name, value in optimizer.state.get(p, {}).items():
-            tensors[f"{i}.{name}"] = torch.as_tensor(value).detach().clone().contiguous()
-    save_file(tensors, str(tmp / "optimizer.safetensors"))
+    save_file(moments, str(tmp / "optimizer.safetensors"))
     files = {name: sha256_file(tmp / name) for name in CHECKPOINT_FILES}
     write_json(tmp / "trainer_state.json", dict(state, files=files))
 
@@ -213,6 +271,59 @@ def load_checkpoint(folder: Path, memory: MLPMemory, optimizer: torch.optim.Opti
 
 
 # ---------------------------------------------------------------------------------------------
+# Sharded training (FSDP2)
+
+
+def shard_memory(memory: MLPMemory, optimizer: torch.optim.Optimizer, cfg: TrainConfig,
+                 device: str) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """A copy of ``memory`` sharded with FSDP2 across all processes, and its AdamW holding ``optimizer``'s moments.
+
+    Each block is one FSDP unit (gathered in turn in forward and backward); the root holds the input projection,
+    the final norm and an untied head. Frozen parameters (a tied head, which is the backbone's embedding) are
+    neither copied nor sharded. ``memory`` stays plain: it gets the full weights at checkpoints and at the end.
+    """
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict,
+                                                          set_optimizer_state_dict)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    frozen = {p for p in memory.parameters() if not p.requires_grad}
+    model = copy.deepcopy(memory, {id(p): p for p in frozen})
+    mesh = init_device_mesh(device, (torch.distributed.get_world_size(),))
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh, ignored_params=frozen)
+    fully_shard(model, mesh=mesh, ignored_params=frozen)
+    sharded = adamw(model, cfg)
+    if optimizer.state:  # resumed: every process read the checkpoint's full moments and keeps its shards of them
+        full = get_optimizer_state_dict(memory, optimizer)
+        set_optimizer_state_dict(model, sharded, full, options=StateDictOptions(full_state_dict=True))
+    return model, sharded
+
+
+def gather_checkpoint(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                      memory: MLPMemory) -> dict[str, torch.Tensor]:
+    """Collective: process 0's plain ``memory`` gets the full weights of the sharded ``model``; returns the full
+    optimizer moments in the checkpoint format of :func:`flat_moments` there (``{}`` on the other processes)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
+    weights = get_model_state_dict(model, options=options)  # gathered one tensor at a time, kept on process 0
+    full = get_optimizer_state_dict(model, optimizer, options=options)
+    if torch.distributed.get_rank() != 0:
+        return {}
+    memory.load_state_dict(weights, strict=False)  # a frozen (tied) head is not gathered: it is the backbone's
+    return _flatten([group["params"] for group in full["param_groups"]], full["state"])
+
+
+def unshard_into(model: torch.nn.Module, memory: MLPMemory) -> None:
+    """Collective: every process's plain ``memory`` gets the full weights of the sharded ``model``."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, ignore_frozen_params=True)
+    memory.load_state_dict(get_model_state_dict(model, options=options), strict=False)
+
+
+# ---------------------------------------------------------------------------------------------
 # The loop
 
 
@@ -220,7 +331,9 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
                  progress: bool = True, stop_after: int | None = None) -> dict:
     """Train ``memory`` in place; checkpoints and history go to ``out_dir``; resumes if a checkpoint exists.
 
-    ``stop_after`` ends the run after that many steps (as a kill would), for tests.
+    ``stop_after`` ends the run after that many steps (as a kill would), for tests. With ``cfg.sharding ==
+    "fsdp"`` and several processes a sharded copy is trained (:func:`shard_memory`) and ``memory`` receives its
+    full weights at the end on every process, as under DDP.
     """
     from accelerate import Accelerator
 
@@ -228,14 +341,10 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
-    trainable = [p for p in memory.parameters() if p.requires_grad]
-    decay = [p for p in trainable if p.ndim >= 2]
-    no_decay = [p for p in trainable if p.ndim < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    sharded = cfg.sharding == "fsdp" and accelerator.num_processes > 1
+    optimizer = adamw(memory, cfg)
     steps_per_epoch = math.ceil(len(data.targets) / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(s, total, cfg))
     ckpt = out_dir / "checkpoint"
     state = {"step": 0, "history": [], "train_seconds": 0.0, "config": asdict(cfg)}
     if accelerator.is_main_process:
@@ -243,13 +352,16 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
     accelerator.wait_for_everyone()
     if (ckpt / "trainer_state.json").exists():
         state = load_checkpoint(ckpt, memory, optimizer)
-        if state["config"] != asdict(cfg):
+        if recipe(state["config"]) != recipe(asdict(cfg)):
             raise ConfigError(f"checkpoint {ckpt} was trained with another train config; use another folder")
-        for group in optimizer.param_groups:
-            group["initial_lr"] = cfg.lr
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(s, total, cfg),
-                                                      last_epoch=state["step"] - 1)
-    memory, optimizer = accelerator.prepare(memory, optimizer)
+        state["config"] = asdict(cfg)  # a checkpoint resumes under any sharding and number of processes
+    if sharded:
+        model, optimizer = shard_memory(memory, optimizer, cfg, accelerator.device.type)
+    scheduler = lr_schedule(optimizer, total, cfg, state["step"])
+    if not sharded:
+        model, optimizer = accelerator.prepare(memory, optimizer)
+    whole = memory if sharded else accelerator.unwrap_model(model)  # the unsharded memory, saved by process 0
+    trainable = [p for p in model.parameters() if p.requires_grad]
     step = state["step"]
     bar = tqdm(total=total, initial=step, desc="train memory", unit="step", disable=not progress,
                dynamic_ncols=True)
@@ -260,9 +372,9 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
         idx = order[in_epoch * cfg.batch_size : (in_epoch + 1) * cfg.batch_size]
         mine, weight = rank_rows(idx, accelerator.process_index, accelerator.num_processes)
         batch = data.batch(mine)
-        memory.train()
-        with autocast(memory, cfg.precision):  # not accelerate's mixed_precision: that is fixed per process
-            logits = memory(batch["keys"])  # (B, V)
+        model.train()
+        with autocast(model, cfg.precision):  # not accelerate's mixed_precision: that is fixed per process
+            logits = model(batch["keys"])  # (B, V)
         loss, parts = sparse_hybrid_loss(logits, batch["teacher_ids"], batch["teacher_probs"],
                                          batch["teacher_residual"], batch["targets"], cfg.alpha, cfg.loss_chunk)
         accelerator.backward(loss * weight)
@@ -273,20 +385,21 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
         bar.set_postfix(loss=f"{parts['loss'].item():.3f}", kl=f"{parts['kl'].item():.3f}",
                         ce=f"{parts['ce'].item():.3f}", tok_s=f"{step * cfg.batch_size / max(elapsed, 1e-9):.0f}")
         end_of_epoch = step % steps_per_epoch == 0
-        if end_of_epoch and accelerator.is_main_process:  # the other processes' weights are the same
-            memory.eval()
-            metrics = evaluate(accelerator.unwrap_model(memory), val, cfg.eval_lambdas)
-            state["history"].append({"epoch": epoch + 1, "step": step, "loss": parts["loss"].item(), **metrics})
-            bar.write(f"epoch {epoch + 1}: memory PPL {metrics['memory_ppl']:.3f}, joint PPL "
-                      f"{metrics['joint_ppl']:.3f} at lambda={metrics['best_lambda']} "
-                      f"(backbone {metrics['backbone_ppl']:.3f})")
+        if end_of_epoch and (sharded or accelerator.is_main_process):  # DDP: the other processes' weights are the same
+            model.eval()  # sharded: every process joins the forward (it gathers the blocks); process 0 records
+            metrics = evaluate(model if sharded else whole, val, cfg.eval_lambdas)
+            if accelerator.is_main_process:
+                log_epoch(state, bar, epoch, step, parts["loss"].item(), metrics)
         if end_of_epoch or step % cfg.checkpoint_every == 0 or step == total:
             state.update(step=step, train_seconds=time.perf_counter() - t_start)
+            moments = gather_checkpoint(model, optimizer, memory) if sharded else None
             if accelerator.is_main_process:
-                save_checkpoint(ckpt, accelerator.unwrap_model(memory), optimizer, state)
+                save_checkpoint(ckpt, whole, flat_moments(optimizer) if moments is None else moments, state)
         if stop_after is not None and step >= stop_after:
             break
     bar.close()
+    if sharded:
+        unshard_into(model, memory)
     state.update(step=step, train_seconds=time.perf_counter() - t_start,
                  tokens_per_s=step * cfg.batch_size / max(time.perf_counter() - t_start, 1e-9),
                  processes=accelerator.num_processes)
@@ -294,6 +407,14 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
         write_json(out_dir / "train_state.json", {k: v for k, v in state.items()})
     accelerator.wait_for_everyone()
     return state
+
+
+def log_epoch(state: dict, bar, epoch: int, step: int, loss: float, metrics: dict) -> None:
+    """Append an epoch's evaluation to the history and print it."""
+    state["history"].append({"epoch": epoch + 1, "step": step, "loss": loss, **metrics})
+    bar.write(f"epoch {epoch + 1}: memory PPL {metrics['memory_ppl']:.3f}, joint PPL "
+              f"{metrics['joint_ppl']:.3f} at lambda={metrics['best_lambda']} "
+              f"(backbone {metrics['backbone_ppl']:.3f})")
 
 
 def rank_rows(idx: np.ndarray, rank: int, world: int) -> tuple[np.ndarray, float]:

@@ -25,7 +25,7 @@ from mlpmem.mosaics.config import TrainSection
 from mlpmem.mosaics.data import evaluation_starts, training_starts, window_batch
 from mlpmem.mosaics.transformer import forward_documents
 from mlpmem.shards import read_json, write_json
-from mlpmem.train import lr_at, optimizer_step, save_checkpoint
+from mlpmem.train import flat_moments, lr_at, optimizer_step, save_checkpoint
 
 
 @torch.no_grad()
@@ -123,7 +123,7 @@ def train_model(model, streams: dict, cfg: TrainSection, out_dir: str | Path, se
         if step % cfg.checkpoint_every == 0 or step == cfg.steps:
             state.update(step=step, train_seconds=time.perf_counter() - t_start)
             if accelerator.is_main_process:
-                save_checkpoint(ckpt, accelerator.unwrap_model(model), optimizer, state)
+                save_checkpoint(ckpt, accelerator.unwrap_model(model), flat_moments(optimizer), state)
         if stop_after is not None and step >= stop_after:
             break
     bar.close()
