@@ -10,6 +10,7 @@ runs the very same batches and writes byte-identical shards.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from tqdm.auto import tqdm
 
 from mlpmem.backbone import (KeyHook, autocast, base_model, check_fingerprint, check_precision, extract_keys,
                              fingerprint, output_logits, resolve_layer)
-from mlpmem.corpus import Window, corpus_hash, make_windows
+from mlpmem.corpus import Window, corpus_hash, document_lengths, make_windows, release_pages
 from mlpmem.distributed import (Dist, current, done_indices, finish_build, merge_records, my_slice, open_build,
                                 write_record)
 from mlpmem.errors import ConfigError, CorruptArtifact, MlpmemError
@@ -35,7 +36,7 @@ class EncodedBatch:
     lm_logprob: np.ndarray | None  # (n,) fp32
 
 
-def pad_windows(token_docs: list[np.ndarray], windows: list[Window], pad_id: int = 0):
+def pad_windows(token_docs: Sequence[np.ndarray], windows: Sequence[Window], pad_id: int = 0):
     """Right-padded ``input_ids`` and ``attention_mask`` ``(B, T)`` of a batch of windows."""
     length = max(w.end - w.start for w in windows)
     input_ids = torch.full((len(windows), length), pad_id, dtype=torch.long)
@@ -94,7 +95,7 @@ def _settings(model, tokenizer, token_docs, layer, site, block_size, stride, bat
     }
 
 
-def build_keystore(model, tokenizer, token_docs: list[np.ndarray], out_dir: str | Path, *, layer, site="ffn_input",
+def build_keystore(model, tokenizer, token_docs: Sequence[np.ndarray], out_dir: str | Path, *, layer, site="ffn_input",
                    block_size=512, stride=256, batch_size=4, batches_per_shard=16, with_lm=False,
                    precision="fp32", rebuild=False, progress=True, desc="keys", dist: Dist | None = None) -> dict:
     """Encode every scored target of ``token_docs`` into a keystore at ``out_dir``; resumable, idempotent.
@@ -108,12 +109,12 @@ def build_keystore(model, tokenizer, token_docs: list[np.ndarray], out_dir: str 
     _check_context(model, block_size)
     settings = _settings(model, tokenizer, token_docs, layer, site, block_size, stride, batch_size,
                          batches_per_shard, with_lm, precision)
-    windows = make_windows([len(t) for t in token_docs], block_size, stride)
+    windows = make_windows(document_lengths(token_docs), block_size, stride)
     if not windows:
         raise MlpmemError("the corpus has no token to score (every document is shorter than 2 tokens)")
     per_shard = batch_size * batches_per_shard
     num_shards = -(-len(windows) // per_shard)
-    fresh = dict(num_windows=len(windows), num_targets=sum(w.num_scored for w in windows), rows=0, shards=[],
+    fresh = dict(num_windows=len(windows), num_targets=windows.num_scored, rows=0, shards=[],
                  complete=False)
     manifest = open_build(out_dir, settings, fresh, rebuild, dist, "keystore")
     if manifest["complete"]:
@@ -121,7 +122,7 @@ def build_keystore(model, tokenizer, token_docs: list[np.ndarray], out_dir: str 
     done = done_indices(out_dir, manifest, f"keystore {out_dir}")
     dist.barrier()  # every process has seen the same finished shards before any writes a new one
     mine = my_slice([s for s in range(num_shards) if s not in done], dist)
-    scored = sum(w.num_scored for s in mine for w in windows[s * per_shard : (s + 1) * per_shard])
+    scored = sum(windows[s * per_shard : (s + 1) * per_shard].num_scored for s in mine)
     bar = tqdm(total=scored, desc=desc if dist.world == 1 else f"{desc} [rank {dist.rank}]", unit="tok",
                disable=not progress, dynamic_ncols=True)
     for s in mine:
@@ -132,6 +133,7 @@ def build_keystore(model, tokenizer, token_docs: list[np.ndarray], out_dir: str 
             parts.append(encode_windows(model, token_docs, batch, settings["layer"], site, with_lm, precision))
             bar.update(len(parts[-1].values))
         manifest = _write_shard(out_dir, manifest, parts, len(shard_windows), s, num_shards, dist)
+        release_pages(token_docs)
     bar.close()
     return finish_build(out_dir, num_shards, dist, "keystore")
 

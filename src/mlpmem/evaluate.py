@@ -42,7 +42,7 @@ def distribution_stats(run, memory, num_positions: int = 1024) -> dict:
     Measured on the first ``num_positions`` test positions (paper Tables 7-8).
     """
     from mlpmem.backbone import KeyHook
-    from mlpmem.corpus import make_windows
+    from mlpmem.corpus import document_lengths, make_windows
     from mlpmem.datastore import KeyStore, pad_windows
     from mlpmem.pipeline import split_tokens
     from mlpmem.teacher import aggregate_by_token, exclude_and_weight
@@ -50,7 +50,7 @@ def distribution_stats(run, memory, num_positions: int = 1024) -> dict:
     cfg, (model, _) = run.cfg, run.backbone
     docs = split_tokens(run, "test")
     lm_rows, key_rows, n = [], [], 0
-    for w in make_windows([len(d) for d in docs], cfg.corpus.block_size, cfg.corpus.stride):
+    for w in make_windows(document_lengths(docs), cfg.corpus.block_size, cfg.corpus.stride):
         ids, mask = pad_windows(docs, [w])
         with KeyHook(model, cfg.backbone.layer, cfg.backbone.site) as hook:
             logits = model(input_ids=ids, attention_mask=mask).logits[0]  # (T, V)

@@ -3,6 +3,7 @@
     run_dir/
       config.yaml            the resolved configuration
       corpus/                prepared splits (for raw user corpora)
+      tokens/<split>/        each split tokenized once into a memory-mapped token stream
       datastore/             training keystore = the kNN datastore (keys, next tokens)
       eval/{validation,test} evaluation keystores (keys, next tokens, backbone log-probs)
       knnlm/                 neighbour lists of eval queries, the sweep, results.json
@@ -14,6 +15,7 @@ Every stage is idempotent: rerun, it reuses what is complete and resumes what is
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -24,10 +26,11 @@ import numpy as np
 import yaml
 
 from mlpmem.config import CorpusConfig, PipelineConfig
-from mlpmem.corpus import SPLITS, Document, read_documents, split_files, tokenize_documents
+from mlpmem.corpus import SPLITS, doc_start_token, iter_documents, split_files
 from mlpmem.distributed import launched_rank
 from mlpmem.errors import ConfigError, CorpusError
-from mlpmem.shards import read_json, write_json
+from mlpmem.shards import read_json, sha256_file, write_json
+from mlpmem.tokens import TokenDocs, is_current, open_tokens, write_tokens
 
 
 class Run:
@@ -88,45 +91,69 @@ def corpus_folder(run: Run) -> Path:
     path = Path(cfg.path)
     if path.is_dir() and all((path / f"{s}.jsonl").is_file() for s in SPLITS):
         return path
-    return split_by_document(read_documents(path), cfg, run.path("corpus"), run.cfg.seed)
+    return split_by_document(path, cfg, run.path("corpus"), run.cfg.seed)
 
 
-def split_by_document(docs: list[Document], cfg: CorpusConfig, out: Path, seed: int) -> Path:
-    """Seeded split of whole documents into train/validation/test (at least one document in train)."""
-    order = list(range(len(docs)))
+def _source_state(path: Path) -> list:
+    """Name, size and modification time of every file of a raw corpus (what decides a split is stale)."""
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    return [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+
+
+def split_by_document(path: Path, cfg: CorpusConfig, out: Path, seed: int) -> Path:
+    """Seeded split of whole documents into train/validation/test (at least one document in train).
+
+    Two streaming passes (count, then write each document to its split), so the corpus is never held in RAM;
+    the split is reused while the source files, fractions and seed are unchanged.
+    """
+    record = {"source": _source_state(Path(path)), "validation_fraction": cfg.validation_fraction,
+              "test_fraction": cfg.test_fraction, "seed": seed}
+    if (out / "split.json").is_file() and read_json(out / "split.json", "corpus split") == record:
+        return out
+    n = sum(1 for _ in iter_documents(path))
+    if n == 0:
+        raise CorpusError(f"corpus {path} is empty (no non-blank document)")
+    order = list(range(n))
     random.Random(seed).shuffle(order)
-    n_val = round(len(docs) * cfg.validation_fraction)
-    n_test = round(len(docs) * cfg.test_fraction)
-    if len(docs) - n_val - n_test < 1:
-        raise CorpusError(f"corpus has {len(docs)} document(s): too few to split into train/validation/test")
-    parts = {"validation": order[:n_val], "test": order[n_val : n_val + n_test], "train": order[n_val + n_test :]}
+    n_val, n_test = round(n * cfg.validation_fraction), round(n * cfg.test_fraction)
+    if n - n_val - n_test < 1:
+        raise CorpusError(f"corpus has {n} document(s): too few to split into train/validation/test")
+    split_of = np.zeros(n, dtype=np.int8)  # 0 train, 1 validation, 2 test
+    split_of[order[:n_val]], split_of[order[n_val : n_val + n_test]] = 1, 2
     out.mkdir(parents=True, exist_ok=True)
-    for split, idx in parts.items():
-        lines = [json.dumps({"id": docs[i].id, "text": docs[i].text}) for i in sorted(idx)]
-        (out / f"{split}.jsonl").write_text("\n".join(lines) + ("\n" if lines else ""))
+    tmp = {s: out / f"{s}.jsonl.tmp" for s in ("train", "validation", "test")}
+    with contextlib.ExitStack() as stack:
+        files = [stack.enter_context(open(tmp[s], "w", encoding="utf-8")) for s in ("train", "validation", "test")]
+        for i, doc in enumerate(iter_documents(path)):
+            files[split_of[i]].write(json.dumps({"id": doc.id, "text": doc.text}) + "\n")
+    for split, file in tmp.items():
+        os.replace(file, out / f"{split}.jsonl")
+    write_json(out / "split.json", record)
     return out
 
 
-def split_tokens(run: Run, split: str) -> list[np.ndarray]:
-    """Token arrays of one split, capped by ``corpus.max_tokens`` (whole documents in order, the last cut)."""
-    files = split_files(corpus_folder(run))
-    docs = read_documents(files[split]) if files[split].stat().st_size else []
-    if not docs:
+def split_tokens(run: Run, split: str) -> TokenDocs:
+    """The documents of one split as token arrays, capped by ``corpus.max_tokens`` (whole documents in order,
+    the last cut). Tokenized once, streaming, into ``run_dir/tokens/<split>`` and memory-mapped from there."""
+    from mlpmem.backbone import tokenizer_hash
+    from mlpmem.distributed import current
+
+    source = split_files(corpus_folder(run))[split]
+    tokenizer, cap = run.backbone[1], run.cfg.corpus.max_tokens.get(split)
+    settings = {"source_sha256": sha256_file(source), "tokenizer_sha": tokenizer_hash(tokenizer),
+                "doc_start": doc_start_token(tokenizer), "cap": cap}
+    folder, dist = run.path("tokens", split), current()
+    if dist.is_main and not is_current(folder, settings):
+        write_tokens(iter_documents(source), tokenizer, folder, settings, cap, run.progress, f"tokenize {split}")
+    dist.barrier()
+    docs = open_tokens(folder)
+    if not len(docs):
         raise CorpusError(f"the {split} split of the corpus is empty")
-    token_docs = tokenize_documents(docs, run.backbone[1])
-    cap = run.cfg.corpus.max_tokens.get(split)
-    if cap:
-        kept, total = [], 0
-        for arr in token_docs:
-            kept.append(arr[: cap - total])
-            total += len(kept[-1])
-            if total >= cap:
-                break
-        token_docs = [a for a in kept if len(a) >= 2]
-    total, block = sum(len(a) for a in token_docs), run.cfg.corpus.block_size
-    if total < block:
-        raise CorpusError(f"the {split} split has {total} tokens, shorter than one block (block_size={block})")
-    return token_docs
+    block = run.cfg.corpus.block_size
+    if docs.num_tokens < block:
+        raise CorpusError(f"the {split} split has {docs.num_tokens} tokens, shorter than one block "
+                          f"(block_size={block})")
+    return docs
 
 
 # ---------------------------------------------------------------------------------------------

@@ -71,14 +71,14 @@ class OfflineBenchConfig:
 def forward_vs_keys(run, cfg: OfflineBenchConfig) -> dict:
     """Input tokens/s of the plain forward (fp32 and run precision) and of the datastore's key pass."""
     from mlpmem.backbone import autocast
-    from mlpmem.corpus import make_windows
+    from mlpmem.corpus import document_lengths, make_windows
     from mlpmem.datastore import encode_windows, pad_windows
     from mlpmem.pipeline import split_tokens
 
     model, _ = run.backbone
     rc = run.cfg
     docs = split_tokens(run, "train")
-    windows = make_windows([len(d) for d in docs], rc.corpus.block_size, rc.corpus.stride)[: cfg.forward_windows]
+    windows = make_windows(document_lengths(docs), rc.corpus.block_size, rc.corpus.stride)[: cfg.forward_windows]
     size = rc.datastore.batch_size
     batches = [windows[i : i + size] for i in range(0, len(windows), size)]
     tokens = sum(w.end - w.start for w in windows)
