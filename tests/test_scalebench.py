@@ -3,7 +3,8 @@
 import numpy as np
 
 from mlpmem.datastore import KeyStore
-from mlpmem.scalebench import markdown, synthetic_keystore
+from conftest import write_corpus
+from mlpmem.scalebench import markdown, repeated_corpus, synthetic_keystore, worker_corpus
 
 
 def test_synthetic_keystore_opens_as_a_verified_keystore(tmp_path):
@@ -26,3 +27,14 @@ def test_markdown_reports_every_measured_part():
     assert "| datastore | 2 | 100 | 3.0 | 1.0 | 100 |" in text
     assert "| 1000 | 1 | train | 2.0 | 400 |" in text and "| 1000 | 4 | 2 | 10.0 | 4.0 | 0.40 |" in text
     assert "Resume" not in markdown({k: v for k, v in results.items() if k != "resume"}, "c")
+
+
+def test_corpus_size_workers_see_the_repeated_split(tmp_path, tiny_backbone_dir):
+    corpus = write_corpus(tmp_path / "raw", 10)
+    sets = [f"corpus.path={corpus}", f"backbone.name={tiny_backbone_dir}"]
+    once, thrice = (worker_corpus(str(repeated_corpus("configs/tiny.yaml", tmp_path / f"x{r}", r, sets)), "stream")
+                    for r in (1, 3))
+    assert thrice["tokens"] == 3 * once["tokens"] > 0 and thrice["peak_rss_mb"] > 0
+    assert worker_corpus(str(tmp_path / "x3" / "run"), "in-ram")["tokens"] == thrice["tokens"]
+    results = {"corpus": [{"repeats": 3, "corpus_mb": 0.1, "mode": "stream", **thrice}]}
+    assert f"| 3 | 0 | {thrice['tokens']} | stream |" in markdown(results, "c")

@@ -11,6 +11,12 @@ Three measurements, each in fresh subprocesses so that peak RSS and timings belo
    memory-mapped shards, next to the peak RSS of training from keys held in RAM (the old way).
 3. **Resume.** The teacher over the larger synthetic store: from scratch, then killed with SIGKILL once half of
    its shards are recorded and rerun: the rerun's time against the from-scratch time.
+4. **Sharding.** ``--shard-steps`` training steps of a wide memory (``--shard-width``, 8 blocks) on the smaller
+   synthetic store with 2 processes, DDP against FSDP: each process's peak RSS and the time per step.
+5. **Corpus size.** The datastore stage (training split: tokenize to disk, then encode every window) over the
+   config corpus's training documents repeated ``--corpus-repeats`` times, with a random 2-layer backbone that
+   has the config's tokenizer (so millions of tokens encode in minutes; the backbone's weights are the same
+   constant at every size). Next to it, the peak RSS of tokenizing the same split in RAM (the old way).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import json
 import os
 import re
 import resource
+import shlex
 import shutil
 import signal
 import socket
@@ -73,6 +80,117 @@ def worker_stage(config: str, run_dir: str, tokens: int, stage: str) -> dict:
         manifest = build_teacher(run.path("datastore"), run.path("teacher"), teacher_config(run), progress=False,
                                  dist=dist)
     return {"rank": dist.rank, "seconds": time.perf_counter() - t0, "rows": manifest["rows"]}
+
+
+def worker_corpus(run_dir: str, mode: str) -> dict:
+    """Peak RSS over a corpus prepared by :func:`repeated_corpus`: ``stream`` runs the datastore stage's training
+    split (tokenized to disk, windows encoded from the memory map); ``in-ram`` only tokenizes the split into
+    arrays held in RAM, as the stage did before."""
+    from mlpmem.corpus import read_documents, split_files, tokenize_documents
+    from mlpmem.datastore import build_keystore
+    from mlpmem.index import set_threads
+    from mlpmem.config import PipelineConfig
+    from mlpmem.pipeline import Run, corpus_folder, split_tokens
+
+    set_threads()
+    run = Run(PipelineConfig.from_yaml(Path(run_dir) / "config.yaml"), progress=False)
+    cfg, (model, tokenizer) = run.cfg, run.backbone
+    rss0 = peak_rss_mb()
+    t0 = time.perf_counter()
+    if mode == "stream":
+        shutil.rmtree(run.path("tokens"), ignore_errors=True)  # tokenizing is part of what is measured
+        docs = split_tokens(run, "train")
+        rows = build_keystore(model, tokenizer, docs, run.path("datastore"), layer=cfg.backbone.layer,
+                              site=cfg.backbone.site, block_size=cfg.corpus.block_size, stride=cfg.corpus.stride,
+                              batch_size=cfg.datastore.batch_size, batches_per_shard=cfg.datastore.batches_per_shard,
+                              precision=cfg.backbone.precision, rebuild=True, progress=False)["rows"]
+    else:
+        docs = tokenize_documents(read_documents(split_files(corpus_folder(run))["train"]), tokenizer)
+        rows = sum(len(d) - 1 for d in docs)
+    return {"seconds": time.perf_counter() - t0, "peak_rss_mb": peak_rss_mb(), "rss_before_mb": rss0,
+            "tokens": int(rows)}
+
+
+def worker_sharding(store_dir: str, sharding: str, steps: int, width: int) -> dict:
+    """Under the launcher: ``steps`` training steps of an 8-block memory of intermediate size ``width`` on a
+    synthetic keystore with ``train.sharding = sharding``; this process's peak RSS and seconds."""
+    import torch
+
+    from mlpmem.datastore import KeyStore
+    from mlpmem.distributed import current
+    from mlpmem.index import set_threads
+    from mlpmem.memory import MemoryConfig, MLPMemory
+    from mlpmem.teacher import TeacherStore
+    from mlpmem.train import EvalData, TrainConfig, TrainData, train_memory
+
+    dist = current()
+    set_threads()
+    store_dir = Path(store_dir)
+    store = KeyStore(store_dir)
+    teacher = TeacherStore(store_dir.parent / "teacher", datastore=store)
+    data = TrainData(store.rows("keys"), store.rows("values"), teacher.rows("ids"), teacher.rows("probs"),
+                     teacher.rows("residual"))
+    vocab = store.manifest["backbone"]["vocab_size"]
+    val = EvalData(np.asarray(store.rows("keys")[:256]), np.asarray(store.rows("values")[:256]),
+                   np.full(256, -np.log(vocab), np.float32))
+    torch.manual_seed(0)
+    memory = MLPMemory(MemoryConfig(input_size=store.hidden_size, vocab_size=vocab, intermediate_size=width,
+                                    num_layers=8))
+    rss0 = peak_rss_mb()
+    cfg = TrainConfig(epochs=1, batch_size=256, checkpoint_every=10**9, eval_lambdas=[0.0, 1.0], sharding=sharding)
+    t0 = time.perf_counter()
+    train_memory(memory, data, val, cfg, store_dir.parent / f"shard-{sharding}-{dist.rank}", progress=False,
+                 stop_after=steps)
+    return {"rank": dist.rank, "seconds": time.perf_counter() - t0, "peak_rss_mb": peak_rss_mb(),
+            "rss_before_mb": rss0, "parameters": sum(p.numel() for p in memory.parameters())}
+
+
+def repeated_corpus(config: str, out: Path, repeats: int, overrides: list[str] = ()) -> Path:
+    """A run folder whose corpus is ``config``'s training documents repeated ``repeats`` times (validation and
+    test unchanged) and whose backbone is a random 2-layer Llama with the config's tokenizer; returns it."""
+    import yaml
+
+    from mlpmem.config import PipelineConfig
+    from mlpmem.pipeline import Run, corpus_folder
+
+    from mlpmem.corpus import split_files
+
+    cfg = PipelineConfig.from_yaml(config, [*overrides, f"run_dir={out / 'source'}"])
+    source = split_files(corpus_folder(Run(cfg, progress=False)))
+    corpus = out / "corpus"
+    corpus.mkdir(parents=True, exist_ok=True)
+    with open(corpus / "train.jsonl", "w") as f:
+        for r in range(repeats):
+            for line in source["train"].read_text().splitlines():
+                doc = json.loads(line)
+                f.write(json.dumps({"id": f"{doc['id']}#{r}", "text": doc["text"]}) + "\n")
+    for split in ("validation", "test"):
+        shutil.copy(source[split], corpus / f"{split}.jsonl")
+    raw = cfg.to_dict()
+    raw.update(run_dir=str(out / "run"), corpus={**raw["corpus"], "name": None, "path": str(corpus), "max_tokens": {}},
+               backbone={**raw["backbone"], "name": str(tiny_backbone(cfg.backbone.name, out.parent / "backbone"))})
+    (out / "run").mkdir(parents=True, exist_ok=True)
+    (out / "run" / "config.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    return out / "run"
+
+
+def tiny_backbone(name: str, folder: Path) -> Path:
+    """A random 2-layer Llama (d = 64, seed 0) with the tokenizer of backbone ``name``, saved once to ``folder``."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from mlpmem.backbone import load_backbone
+
+    if (folder / "config.json").is_file():
+        return folder
+    tokenizer = load_backbone(name)[1]
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                         max_position_embeddings=2048, tie_word_embeddings=True))
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
 
 
 def synthetic_keystore(out: Path, rows: int, dim: int, vocab: int, shard_rows: int = 8192, seed: int = 0) -> Path:
@@ -201,6 +319,35 @@ def bench_memory(out: Path, sizes: list[int], dim: int, vocab: int, steps: int) 
     return rows
 
 
+def bench_sharding(out: Path, size: int, dim: int, vocab: int, steps: int, width: int) -> list[dict]:
+    store = out / f"synthetic-{size}" / "datastore"
+    if not (store / "manifest.json").is_file():
+        synthetic_keystore(store, size, dim, vocab)
+    if not (store.parent / "teacher" / "manifest.json").is_file():
+        _python(["worker-memory", str(store), "teacher", "0"])
+    rows = []
+    # FSDP on CPU turns on glibc's mmap threshold itself (train.return_large_frees_to_os); DDP is measured with
+    # the default allocator and with the same setting, so that the comparison is like for like.
+    for sharding, mmap_frees in (("ddp", False), ("ddp", True), ("fsdp", True)):
+        shutil.rmtree(store.parent / f"shard-{sharding}-0", ignore_errors=True)
+        env = {"MALLOC_MMAP_THRESHOLD_": "1048576"} if mmap_frees and sharding == "ddp" else None
+        _, ranks = _launch(2, ["worker-sharding", str(store), sharding, str(steps), str(width)], env)
+        rows += [{"sharding": sharding, "mmap_frees": mmap_frees, "steps": steps, "width": width, **r}
+                 for r in sorted(ranks, key=lambda r: r["rank"])]
+    return rows
+
+
+def bench_corpus(config: str, out: Path, repeats: list[int]) -> list[dict]:
+    rows = []
+    for r in repeats:
+        run_dir = repeated_corpus(config, out / f"corpus-x{r}", r)
+        corpus_mb = (run_dir.parent / "corpus" / "train.jsonl").stat().st_size / 2**20
+        for mode in ("stream", "in-ram"):
+            rows.append({"repeats": r, "corpus_mb": corpus_mb, "mode": mode,
+                         **_python(["worker-corpus", str(run_dir), mode])})
+    return rows
+
+
 def bench_resume(out: Path, size: int) -> dict:
     """Teacher from scratch, then SIGKILLed at half of its shards and rerun."""
     store = out / f"synthetic-{size}" / "datastore"
@@ -233,40 +380,74 @@ def _resume_teacher(store: str) -> None:
     build_teacher(store, Path(store).parent / "teacher", _synthetic_teacher_config(), progress=False)
 
 
+SECTIONS = {
+    "processes": ("Throughput with 1 and N processes", "",
+                  ["stage", "processes", "tokens", "launch wall s", "stage s", "tokens/s"],
+                  lambda r: [r["stage"], r["processes"], r["rows"], f"{r['launch_wall_s']:.1f}", f"{r['stage_s']:.1f}",
+                             f"{r['tokens_per_s']:.0f}"]),
+    "memory": ("Peak RSS against datastore size", "", ["keys", "datastore MB", "stage", "seconds", "peak RSS MB"],
+               lambda r: [r["rows"], f"{r['datastore_mb']:.0f}", r["stage"], f"{r['seconds']:.1f}",
+                          f"{r['peak_rss_mb']:.0f}"]),
+    "resume": ("Resume against rerun from scratch (teacher)", "",
+               ["keys", "shards", "shards done at SIGKILL", "scratch s", "resume s", "resume / scratch"],
+               lambda r: [r["rows"], r["shards"], r["shards_done_at_kill"], f"{r['scratch_s']:.1f}",
+                          f"{r['resume_s']:.1f}", f"{r['resume_over_scratch']:.2f}"]),
+    "sharding": ("DDP against FSDP, 2 processes",
+                 "Large frees returned to the OS: glibc `M_MMAP_THRESHOLD` = 1 MiB (FSDP on CPU sets it itself; DDP "
+                 "is shown with and without it).\n",
+                 ["sharding", "large frees returned", "process", "memory parameters", "steps", "s / step",
+                  "RSS before training MB", "peak RSS MB"],
+                 lambda r: [r["sharding"], "yes" if r.get("mmap_frees") else "no", r["rank"], f"{r['parameters']:,}",
+                            r["steps"], f"{r['seconds'] / r['steps']:.2f}", f"{r['rss_before_mb']:.0f}",
+                            f"{r['peak_rss_mb']:.0f}"]),
+    "corpus": ("Peak RSS of the datastore stage against corpus size",
+               "Training split = the config corpus's training documents repeated; a random 2-layer backbone (d = 64) "
+               "with the config's tokenizer. *stream*: the stage as it runs (tokenized to disk, windows encoded from "
+               "the memory map); *in-ram*: only tokenizing the split into arrays in RAM, as before.\n",
+               ["repeats", "corpus MB", "tokens", "mode", "seconds", "peak RSS MB"],
+               lambda r: [r["repeats"], f"{r['corpus_mb']:.0f}", r["tokens"], r["mode"], f"{r['seconds']:.1f}",
+                          f"{r['peak_rss_mb']:.0f}"]),
+}
+"""Each measured part's heading, note, table columns and row formatter."""
+
+
 def markdown(results: dict, command: str) -> str:
+    """The measured parts as Markdown, each under the command that measured it (parts not measured are left out)."""
     from mlpmem.bench.common import markdown_table
 
-    lines = [f"# Scaling measurements\n\nCommand: `{command}`\n", "## Throughput with 1 and N processes\n",
-             markdown_table(["stage", "processes", "tokens", "launch wall s", "stage s", "tokens/s"],
-                            [[r["stage"], r["processes"], r["rows"], f"{r['launch_wall_s']:.1f}", f"{r['stage_s']:.1f}",
-                              f"{r['tokens_per_s']:.0f}"] for r in results.get("processes", [])]),
-             "\n## Peak RSS against datastore size\n",
-             markdown_table(["keys", "datastore MB", "stage", "seconds", "peak RSS MB"],
-                            [[r["rows"], f"{r['datastore_mb']:.0f}", r["stage"], f"{r['seconds']:.1f}",
-                              f"{r['peak_rss_mb']:.0f}"] for r in results.get("memory", [])])]
-    if "resume" in results:
-        r = results["resume"]
-        lines += ["\n## Resume against rerun from scratch (teacher)\n",
-                  markdown_table(["keys", "shards", "shards done at SIGKILL", "scratch s", "resume s",
-                                  "resume / scratch"],
-                                 [[r["rows"], r["shards"], r["shards_done_at_kill"], f"{r['scratch_s']:.1f}",
-                                   f"{r['resume_s']:.1f}", f"{r['resume_over_scratch']:.2f}"]])]
-    return "\n".join(lines) + "\n"
+    lines = ["# Scaling measurements\n"]
+    for part, (title, note, columns, row) in SECTIONS.items():
+        rows = results.get(part)
+        if not rows:
+            continue
+        rows = [rows] if isinstance(rows, dict) else rows
+        command_of = results.get("commands", {}).get(part, command)
+        lines += [f"## {title}\n", f"Command: `{command_of}`\n", *([note] if note else []),
+                  markdown_table(columns, [row(r) for r in rows]), ""]
+    return "\n".join(lines)
 
 
 def run_bench(config: str, out: str, tokens: int, worlds: list[int], sizes: list[int], dim: int, vocab: int,
-              steps: int, docs_dir: str | None, command: str) -> dict:
+              steps: int, docs_dir: str | None, command: str, repeats: list[int] = (), shard_steps: int = 0,
+              shard_width: int = 4096) -> dict:
+    """Measure the requested parts; parts measured by an earlier command into the same ``out`` are kept (each part
+    records the command that measured it) and every part is written as soon as it is measured."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    results = {"cores": len(os.sched_getaffinity(0))}
-    if tokens:
-        results["processes"] = bench_processes(config, out, tokens, worlds)
-        _write(results, out, docs_dir, command)  # each part is kept as soon as it is measured
-    if sizes:
-        results["memory"] = bench_memory(out, sizes, dim, vocab, steps)
-        _write(results, out, docs_dir, command)
-        results["resume"] = bench_resume(out, max(sizes))
-        _write(results, out, docs_dir, command)
+    previous = out / "results.json"
+    results = json.loads(previous.read_text()) if previous.is_file() else {}
+    results["cores"] = len(os.sched_getaffinity(0))
+    commands = results.setdefault("commands", {})
+    parts = {"processes": (tokens, lambda: bench_processes(config, out, tokens, worlds)),
+             "memory": (sizes, lambda: bench_memory(out, sizes, dim, vocab, steps)),
+             "resume": (sizes, lambda: bench_resume(out, max(sizes))),
+             "sharding": (shard_steps, lambda: bench_sharding(out, min(sizes or [60000]), dim, vocab, shard_steps,
+                                                              shard_width)),
+             "corpus": (repeats, lambda: bench_corpus(config, out, repeats))}
+    for part, (wanted, measure) in parts.items():
+        if wanted:
+            results[part], commands[part] = measure(), command
+            _write(results, out, docs_dir, command)
     return results
 
 
@@ -296,6 +477,10 @@ def _main(argv: list[str]) -> None:
         result = worker_stage(argv[1], argv[2], int(argv[3]), argv[4])
     elif what == "worker-memory":
         result = worker_memory(argv[1], argv[2], int(argv[3]))
+    elif what == "worker-sharding":
+        result = worker_sharding(argv[1], argv[2], int(argv[3]), int(argv[4]))
+    elif what == "worker-corpus":
+        result = worker_corpus(argv[1], argv[2])
     else:
         raise SystemExit(f"unknown worker {what}")
     print("RESULT " + json.dumps(result), flush=True)
@@ -315,12 +500,18 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dim", type=int, default=576, help="key size of the synthetic datastores")
     parser.add_argument("--vocab", type=int, default=4096, help="vocabulary of the synthetic datastores")
     parser.add_argument("--train-steps", type=int, default=60, help="training steps measured per size")
+    parser.add_argument("--shard-steps", type=int, default=10, help="training steps for DDP vs FSDP (0: skip)")
+    parser.add_argument("--shard-width", type=int, default=4096, help="intermediate size of the DDP/FSDP memory")
+    parser.add_argument("--corpus-repeats", default="4,16",
+                        help="times the training split is repeated for the datastore stage's peak RSS (empty: skip)")
     parser.add_argument("--docs", default="docs/results/scale", help="also write results.md/json here")
 
 
 def main_from_args(args) -> None:
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()] if args.sizes else []
-    command = "mlpmem bench-scale " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else "mlpmem bench-scale"
+    command = "mlpmem bench-scale " + shlex.join(sys.argv[2:]) if len(sys.argv) > 2 else "mlpmem bench-scale"
     results = run_bench(args.config, args.out, args.tokens, [int(p) for p in args.processes.split(",")], sizes,
-                        args.dim, args.vocab, args.train_steps, args.docs, command)
+                        args.dim, args.vocab, args.train_steps, args.docs, command,
+                        [int(r) for r in args.corpus_repeats.split(",") if r.strip()], args.shard_steps,
+                        args.shard_width)
     print(markdown(results, command))
