@@ -87,6 +87,9 @@ def test_an_interrupted_build_leaves_the_previous_split_intact(tiny_tokenizer, t
         write_tokens(failing(), tiny_tokenizer, folder, {"source": "new"}, progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tok"]  # no temporary folder left
     assert is_current(folder, SETTINGS) and len(open_tokens(folder)) == 8
+    (tmp_path / "tok.tmp-99999").mkdir()  # what a SIGKILL mid-build leaves: cleared by the next build
+    write_tokens(documents(2), tiny_tokenizer, folder, {"source": "new"}, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tok"] and len(open_tokens(folder)) == 2
 
 
 def test_jsonl_is_read_one_line_at_a_time(tmp_path):

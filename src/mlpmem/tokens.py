@@ -107,9 +107,11 @@ def write_tokens(docs: Iterable[Document], tokenizer, out_dir: Path, settings: d
                  progress: bool = True, desc: str = "tokenize") -> TokenDocs:
     """Tokenize ``docs`` (an iterable, read once) into ``out_dir``; atomic (temporary folder, then rename)."""
     out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.parent.glob(f"{out_dir.name}.tmp-*"):  # left by a killed build
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = out_dir.with_name(f"{out_dir.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp.mkdir()
     with writing(tmp):
         with open(tmp / TOKENS, "wb") as f, tqdm(desc=desc, unit="tok", disable=not progress) as bar:
             f.write(b"\0" * HEADER)
