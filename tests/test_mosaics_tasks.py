@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,10 @@ def test_report_writes_table_and_plot(tmp_path):
     assert "| new knowledge | 4 documents (~160 tokens), accuracy % | 60.0 | 30.0 |" in table
     write_report(results, tmp_path)
     assert (tmp_path / "three-questions.png").stat().st_size > 0 and "Sizes" in (tmp_path / "results.md").read_text()
+    assert not (tmp_path / "training.png").exists()  # no training state: no curves
+    (tmp_path / "mosaics").mkdir()
+    history = [{"step": s, "loss": 8.0 - s / 10, **({"val": {"ppl": 300.0 - s}} if s % 10 == 0 else {})}
+               for s in range(1, 41)]
+    (tmp_path / "mosaics" / "train_state.json").write_text(json.dumps({"history": history}))
+    write_report(results, tmp_path)
+    assert (tmp_path / "training.png").stat().st_size > 0 and "training.png" in (tmp_path / "results.md").read_text()

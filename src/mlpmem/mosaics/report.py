@@ -1,8 +1,12 @@
-"""The three-questions table (Markdown) and plot of a finished experiment (from ``results.json`` only)."""
+"""The three-questions table (Markdown) and plots of a finished experiment (from ``results.json`` and the training
+states)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import numpy as np
 
 KIND_NAMES = {"mosaics": "Memory Mosaics v2", "transformer": "Transformer"}
 
@@ -80,10 +84,50 @@ def plot(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def training_histories(out_dir: Path, kinds) -> dict[str, list[dict]]:
+    """Each trained model's per-step history (``train_state.json``), for the models that have one."""
+    histories = {}
+    for kind in kinds:
+        path = Path(out_dir) / kind / "train_state.json"
+        if path.is_file():
+            histories[kind] = json.loads(path.read_text()).get("history", [])
+    return histories
+
+
+def plot_training(histories: dict[str, list[dict]], path: Path, smooth: int = 25) -> None:
+    """Training loss (running mean over ``smooth`` steps) and validation perplexity against step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for kind, history in histories.items():
+        color = "tab:blue" if kind == "mosaics" else "tab:red"
+        loss = np.array([h["loss"] for h in history])
+        window = min(smooth, len(loss))
+        running = np.convolve(loss, np.ones(window) / window, mode="valid")
+        ax_loss.plot(np.arange(window, len(loss) + 1), running, color=color, label=KIND_NAMES[kind])
+        val = [h for h in history if "val" in h]
+        ax_val.plot([h["step"] for h in val], [h["val"]["ppl"] for h in val], "o-", color=color,
+                    label=KIND_NAMES[kind])
+    ax_loss.set(xlabel="step", ylabel=f"training loss (mean of {smooth} steps)", title="Training loss")
+    ax_val.set(xlabel="step", ylabel="validation perplexity", yscale="log", title="Validation perplexity")
+    for ax in (ax_loss, ax_val):
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def write_report(results: dict, out_dir: Path) -> str:
+    histories = training_histories(out_dir, results["models"])
     text = (f"# Memory Mosaics v2 vs Transformer: three questions (`{out_dir}`)\n\n"
             f"## Sizes\n\n{sizes_table(results)}\n\n## Three questions\n\n{three_questions_table(results)}\n\n"
             "![three questions](three-questions.png)\n")
+    if histories:
+        text += "\n## Training\n\n![training curves](training.png)\n"
+        plot_training(histories, Path(out_dir) / "training.png")
     (Path(out_dir) / "results.md").write_text(text)
     plot(results, Path(out_dir) / "three-questions.png")
     return text
