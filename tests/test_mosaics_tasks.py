@@ -31,6 +31,27 @@ def test_bad_values_are_one_line_config_errors(tmp_path):
         MosaicsExperiment.from_yaml(bad)
     exp = MosaicsExperiment.from_yaml(CONFIGS[0], ["train.steps=7"])
     assert exp.train.steps == 7
+    with pytest.raises(ConfigError, match="unknown mosaics corpus 'novels'"):
+        MosaicsExperiment(extra_train=["novels"])
+
+
+def test_extra_training_text_and_data_settings(tmp_path, monkeypatch):
+    from mlpmem import shipped_corpora
+    from mlpmem.mosaics.data import prepare_streams
+
+    texts = {"wikipedia-by-article": "the article says the river is long. ", "shakespeare-by-play": "to be or not. "}
+    monkeypatch.setattr(shipped_corpora, "prepare", lambda name: name)
+    monkeypatch.setattr(shipped_corpora, "read_split",
+                        lambda name, split: [{"text": texts[name] * (20 if split == "train" else 3)}])
+    exp = MosaicsExperiment(out_dir=str(tmp_path / "run"), vocab_size=300)
+    _, alone = prepare_streams(exp, progress=False)
+    with pytest.raises(ConfigError, match="extra_train=\\[\\]"):  # the same out_dir with more text is refused
+        prepare_streams(MosaicsExperiment(out_dir=exp.out_dir, vocab_size=300, extra_train=["shakespeare-by-play"]),
+                        progress=False)
+    more = MosaicsExperiment(out_dir=str(tmp_path / "more"), vocab_size=300, extra_train=["shakespeare-by-play"])
+    _, streams = prepare_streams(more, progress=False)
+    assert len(set(streams["train"][1].tolist())) == 2 == len(set(alone["train"][1].tolist())) + 1  # documents
+    assert len(streams["test"][0]) > 0 and len(set(streams["test"][1].tolist())) == 1  # test: the corpus's only
 
 
 def test_new_knowledge_items_bind_the_answer_to_one_document():

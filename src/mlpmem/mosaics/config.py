@@ -156,6 +156,9 @@ class EvalSection:
 class MosaicsExperiment:
     out_dir: str = "runs/mosaics-small"
     corpus: str = "wikipedia-by-article"
+    extra_train: list[str] = field(default_factory=list)
+    """Other shipped corpora whose training split is added to the training text (and to the BPE tokenizer's
+    training text); validation and test stay ``corpus``'s."""
     tokenizer: str = "bpe"
     """``bpe`` (trained on the training split) or ``smollm2`` (the shipped tokenizer)."""
     vocab_size: int = 4096
@@ -166,6 +169,11 @@ class MosaicsExperiment:
     eval: EvalSection = field(default_factory=EvalSection)
 
     def __post_init__(self):
+        from mlpmem.shipped_corpora import CORPORA
+
+        unknown = [name for name in [self.corpus, *self.extra_train] if name not in CORPORA]
+        if unknown:
+            raise ConfigError(f"unknown mosaics corpus {unknown[0]!r}: expected one of {', '.join(CORPORA)}")
         if self.tokenizer not in ("bpe", "smollm2"):
             raise ConfigError(f"mosaics tokenizer must be bpe or smollm2, got {self.tokenizer!r}")
         if self.vocab_size < 300:

@@ -108,13 +108,36 @@ def evaluation_starts(n_tokens: int, seq_len: int) -> np.ndarray:
     return np.arange(0, n_tokens - seq_len + 1, seq_len)
 
 
+def check_data_settings(out: Path, exp) -> None:
+    """Record which text and tokenizer ``out`` holds streams of; refuse to reuse them for other settings."""
+    from mlpmem.shards import read_json, write_json
+
+    settings = {"corpus": exp.corpus, "extra_train": list(exp.extra_train), "tokenizer": exp.tokenizer,
+                "vocab_size": exp.vocab_size}
+    path = out / "data" / "settings.json"
+    if path.is_file():
+        recorded = read_json(path, "mosaics data settings")
+        if recorded != settings:
+            changed = next(k for k in settings if recorded.get(k) != settings[k])
+            raise ConfigError(f"{out} holds data and a tokenizer built with {changed}={recorded.get(changed)!r}, "
+                              f"not {settings[changed]!r}: use another out_dir")
+    elif (out / "tokenizer").exists() or (out / "data").exists():
+        return  # built before settings were recorded: kept as they are
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, settings)
+
+
 def prepare_streams(exp, progress: bool = True) -> tuple[object, dict[str, tuple[np.ndarray, np.ndarray]]]:
     """Tokenizer and the three token streams of an experiment, built once under ``out_dir``."""
     from mlpmem.shipped_corpora import SPLITS, prepare, read_split
 
     out = Path(exp.out_dir)
+    check_data_settings(out, exp)
     folder = prepare(exp.corpus)
     texts = {split: [doc["text"] for doc in read_split(folder, split)] for split in SPLITS}
+    for name in exp.extra_train:
+        texts["train"] += [doc["text"] for doc in read_split(prepare(name), "train")]
     tokenizer = load_tokenizer(exp.tokenizer, texts["train"], exp.vocab_size, out / "tokenizer")
     streams = {}
     for split in SPLITS:
