@@ -1,4 +1,5 @@
-"""Two processes under ``accelerate launch --multi_gpu`` on CPUs (gloo) give the single-process datastore, teacher and memory."""
+"""Two processes under ``accelerate launch --multi_gpu`` on CPUs (gloo) give the single-process datastore, teacher
+and memory."""
 
 import json
 import os
@@ -103,7 +104,8 @@ def test_two_processes_equal_one_process(tiny_backbone_dir, tmp_path):
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=1e-5, atol=1e-5, msg=name)
     state = json.loads((two / "train" / "train_state.json").read_text())
-    assert state["processes"] == 2 and state["step"] == json.loads((one / "train" / "train_state.json").read_text())["step"]
+    single = json.loads((one / "train" / "train_state.json").read_text())
+    assert state["processes"] == 2 and state["step"] == single["step"]
 
 
 def test_two_processes_share_one_saved_faiss_index(tiny_backbone_dir, tmp_path):

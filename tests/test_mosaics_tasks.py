@@ -21,8 +21,9 @@ def test_presets_load(path):
 
 
 def test_bad_values_are_one_line_config_errors(tmp_path):
-    for make in (lambda: ModelSection(hidden_size=10, num_heads=4), lambda: ModelSection(long_gap_min=9, long_gap_max=8),
-                 lambda: TrainSection(lr=0), lambda: EvalSection(cloze_choices=1), lambda: MosaicsExperiment(tokenizer="x")):
+    for make in (lambda: ModelSection(hidden_size=10, num_heads=4),
+                 lambda: ModelSection(long_gap_min=9, long_gap_max=8), lambda: TrainSection(lr=0),
+                 lambda: EvalSection(cloze_choices=1), lambda: MosaicsExperiment(tokenizer="x")):
         with pytest.raises(ConfigError):
             make()
     bad = tmp_path / "bad.yaml"

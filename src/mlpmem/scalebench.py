@@ -494,7 +494,8 @@ def add_arguments(parser) -> None:
     """The ``mlpmem bench-scale`` options."""
     parser.add_argument("config", nargs="?", default="configs/quick.yaml", help="config whose corpus/backbone to use")
     parser.add_argument("--out", default="runs/scale", help="work folder (datastores, teachers, results)")
-    parser.add_argument("--tokens", type=int, default=2048, help="training tokens for the 1-vs-N process runs (0: skip)")
+    parser.add_argument("--tokens", type=int, default=2048,
+                        help="training tokens for the 1-vs-N process runs (0: skip)")
     parser.add_argument("--processes", default="1,2", help="process counts to compare")
     parser.add_argument("--sizes", default="60000,240000", help="synthetic datastore sizes (keys) for peak RSS")
     parser.add_argument("--dim", type=int, default=576, help="key size of the synthetic datastores")

@@ -312,8 +312,8 @@ def report(r: dict) -> str:
              f"{tim['keys_train']['seconds']:.1f}", f"{tim['keys_train']['tokens_per_s']:.0f}"],
             ["teacher (stage_teacher)", tim["teacher"]["tokens"], f"{tim['teacher']['seconds']:.1f}",
              f"{tim['teacher']['tokens_per_s']:.0f}"],
-            [f"memory training ({st['train']['steps']} steps x {st['train']['batch_size']}, {st['train']['precision']})",
-             st["train"]["steps"] * st["train"]["batch_size"], f"{st['train']['seconds']:.1f}",
+            [f"memory training ({st['train']['steps']} steps x {st['train']['batch_size']}, "
+             f"{st['train']['precision']})", st["train"]["steps"] * st["train"]["batch_size"], f"{st['train']['seconds']:.1f}",
              f"{st['train']['tokens_per_s']:.0f}"]]
     lines += ["## Pipeline stages on the slice\n",
               markdown_table(["stage", "tokens", "seconds", "tokens/s"], rows), "",
