@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mlpmem.errors import ConfigError
@@ -64,7 +65,19 @@ def test_new_knowledge_items_bind_the_answer_to_one_document():
         assert answer in docs and len(docs.split("\n\n")) == 6
         assert sum(c in docs for c in it["choices"]) >= 2  # distractors come from the other documents first
         assert len(set(it["choices"])) == 4
+        target_doc = it["context"][it["fact_at"] :].split("\n\n")[0]
+        name = probe.split(" comes from")[0].split(" is on the staff")[0].split(" is a specialist")[0]
+        assert answer in target_doc and name in target_doc  # fact_at points at the probed person's document
+        assert it["fact_at"] == 0 or it["context"][it["fact_at"] - 2 : it["fact_at"]] == "\n\n"
     assert tasks.new_knowledge_items(6, 20, 4, seed=0) == items  # seeded
+
+
+def test_new_knowledge_by_distance_bins():
+    correct = np.array([True, False, True, True, False, True])
+    rows = tasks.by_distance(correct, np.array([10, 63, 64, 200, 256, 5000]))
+    assert [(r["from"], r["to"], r["items"]) for r in rows] == [(0, 64, 2), (64, 128, 1), (128, 256, 1), (256, None, 2)]
+    assert [r["accuracy"] for r in rows] == [50.0, 100.0, 100.0, 50.0]
+    assert np.isnan(tasks.by_distance(correct[:1], np.array([1]))[1]["accuracy"])
 
 
 @pytest.mark.parametrize("labels", ["semantic", "anonymous"])
@@ -99,6 +112,8 @@ def test_report_writes_table_and_plot(tmp_path):
     def fake(acc):
         return {"test": {"ppl": 50.0}, "cloze": acc, "train": {"tokens_per_s": 10.0, "train_seconds": 5.0},
                 "new_knowledge": [{"documents": n, "tokens": 40.0 * n, "accuracy": acc} for n in (1, 4)],
+                "new_knowledge_by_distance": [{"from": 0, "to": 64, "items": 3, "accuracy": acc},
+                                              {"from": 64, "to": None, "items": 5, "accuracy": acc / 2}],
                 "icl": [{"labels": lab, "query": q, "shots": s, "accuracy": acc}
                         for lab in ("semantic", "anonymous") for q in ("unseen", "seen") for s in (1, 2)]}
 
@@ -107,6 +122,7 @@ def test_report_writes_table_and_plot(tmp_path):
                "models": {"mosaics": fake(60.0), "transformer": fake(30.0)}}
     table = three_questions_table(results)
     assert "| new knowledge | 4 documents (~160 tokens), accuracy % | 60.0 | 30.0 |" in table
+    assert "| new knowledge | fact ≥ 64 tokens back (all lengths pooled; 5 items), accuracy % | 30.0 | 15.0 |" in table
     write_report(results, tmp_path)
     assert (tmp_path / "three-questions.png").stat().st_size > 0 and "Sizes" in (tmp_path / "results.md").read_text()
     assert not (tmp_path / "training.png").exists()  # no training state: no curves

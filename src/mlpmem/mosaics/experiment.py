@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from mlpmem.errors import MlpmemError
@@ -95,12 +96,17 @@ def evaluate_model(model, tokenizer, streams: dict, exp: MosaicsExperiment, prog
     t0 = time.perf_counter()
     res = {"test": evaluate_loss(model, *streams["test"], exp.train.seq_len, cfg.ppl_windows, cfg.batch_size),
            "cloze": tasks.accuracy(scorer, tasks.cloze_items(cfg, exp.seed)), "new_knowledge": [], "icl": []}
+    correct, distances = [], []
     for n in cfg.nk_documents:
         items = tasks.new_knowledge_items(n, cfg.nk_trials, cfg.cloze_choices, exp.seed)
         length = sum(len(tokenizer(it["context"])["input_ids"]) for it in items) / len(items)
-        res["new_knowledge"].append({"documents": n, "tokens": length, "accuracy": tasks.accuracy(scorer, items)})
+        hits = tasks.choose(scorer, items) == np.asarray([it["label"] for it in items])
+        correct.append(hits)
+        distances.append([len(tokenizer(it["context"][it["fact_at"] :])["input_ids"]) for it in items])
+        res["new_knowledge"].append({"documents": n, "tokens": length, "accuracy": float(100.0 * hits.mean())})
         if progress:
             print(f"  new knowledge, {n} documents (~{length:.0f} tokens): {res['new_knowledge'][-1]['accuracy']:.1f}")
+    res["new_knowledge_by_distance"] = tasks.by_distance(np.concatenate(correct), np.concatenate(distances))
     for labels in ("semantic", "anonymous"):
         for query in ("unseen", "seen"):
             for shots in cfg.icl_shots:

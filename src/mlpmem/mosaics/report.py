@@ -44,6 +44,10 @@ def three_questions_table(results: dict) -> str:
     for i, nk in enumerate(models[kinds[0]]["new_knowledge"]):
         row("new knowledge", f"{nk['documents']} documents (~{nk['tokens']:.0f} tokens), accuracy %",
             [_fmt(models[k]["new_knowledge"][i]["accuracy"]) for k in kinds])
+    for i, b in enumerate(models[kinds[0]].get("new_knowledge_by_distance", [])):
+        span = f"{b['from']}–{b['to']}" if b["to"] is not None else f"≥ {b['from']}"
+        row("new knowledge", f"fact {span} tokens back (all lengths pooled; {b['items']} items), accuracy %",
+            [_fmt(models[k]["new_knowledge_by_distance"][i]["accuracy"]) for k in kinds])
     for i, icl in enumerate(models[kinds[0]]["icl"]):
         row("in-context learning", f"{icl['labels']} labels, {icl['query']} query, {icl['shots']} shots/class, "
             "accuracy %", [_fmt(models[k]["icl"][i]["accuracy"]) for k in kinds])

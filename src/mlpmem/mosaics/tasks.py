@@ -115,8 +115,24 @@ def new_knowledge_items(n_docs: int, trials: int, choices: int, seed: int = 0) -
         others += rng.sample(outside, choices - 1 - len(others))
         context = "\n\n".join(docs) + "\n\n" + PROBES[attribute].format(name=target.name)
         options, label = _shuffle_choices(rng, answer, others)
-        items.append({"context": context, "choices": options, "label": label})
+        fact_at = sum(len(d) + 2 for d in docs[: group.index(target)])  # character offset of the target document
+        items.append({"context": context, "choices": options, "label": label, "fact_at": fact_at})
     return items
+
+
+DISTANCE_BINS = (64, 128, 256)
+"""Upper edges (tokens from the start of the target document to the end of the question) of the distance bins."""
+
+
+def by_distance(correct: np.ndarray, distances: np.ndarray, bins=DISTANCE_BINS) -> list[dict]:
+    """Accuracy of new-knowledge items grouped by how far back the fact is: ``[lo, hi)`` tokens per bin."""
+    edges = [0, *bins, np.inf]
+    out = []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        inside = (distances >= lo) & (distances < hi)
+        out.append({"from": int(lo), "to": None if np.isinf(hi) else int(hi), "items": int(inside.sum()),
+                    "accuracy": float(100.0 * correct[inside].mean()) if inside.any() else float("nan")})
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
