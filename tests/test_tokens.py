@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import corpus_text
-from mlpmem import tokens as tokens_mod
+from mlpmem import corpus
 from mlpmem.corpus import Document, corpus_hash, iter_documents, tokenize_documents
 from mlpmem.errors import CorruptArtifact
 from mlpmem.tokens import is_current, open_tokens, write_tokens
@@ -20,7 +20,7 @@ def documents(n=8):
 
 def test_stream_equals_in_memory_tokenization_in_any_batching(tiny_tokenizer, tmp_path, monkeypatch):
     expected = tokenize_documents(documents(), tiny_tokenizer)
-    monkeypatch.setattr(tokens_mod, "BATCH_CHARS", 100)  # several tokenizer calls, documents split across none
+    monkeypatch.setattr(corpus, "BATCH_CHARS", 100)  # several tokenizer calls, documents split across none
     docs = write_tokens(iter(documents()), tiny_tokenizer, tmp_path / "tok", SETTINGS, progress=False)
     assert len(docs) == len(expected)
     assert all(np.array_equal(a, b) for a, b in zip(docs, expected))

@@ -103,14 +103,32 @@ def doc_start_token(tokenizer) -> int:
     raise CorpusError("the tokenizer has no document-separator, BOS or EOS token")
 
 
+BATCH_CHARS = 1 << 20
+"""Characters of text sent to the tokenizer at once (a batch of documents, or one longer document)."""
+
+
+def encode_documents(docs, tokenizer):
+    """``[doc_start, tokens...]`` (int32) of each document of the iterable ``docs``, in order, one at a time;
+    the tokenizer gets about ``BATCH_CHARS`` of text per call."""
+    start = doc_start_token(tokenizer)
+    batch, chars = [], 0
+    for doc in docs:
+        batch.append(doc.text)
+        chars += len(doc.text)
+        if chars >= BATCH_CHARS:
+            yield from (np.asarray([start, *ids], dtype=np.int32) for ids in _token_ids(tokenizer, batch))
+            batch, chars = [], 0
+    if batch:
+        yield from (np.asarray([start, *ids], dtype=np.int32) for ids in _token_ids(tokenizer, batch))
+
+
+def _token_ids(tokenizer, texts: list[str]) -> list[list[int]]:
+    return tokenizer(texts, add_special_tokens=False)["input_ids"]
+
+
 def tokenize_documents(docs: list[Document], tokenizer) -> list[np.ndarray]:
     """One int32 array per document: ``[doc_start, tokens...]``."""
-    start = doc_start_token(tokenizer)
-    out = []
-    for doc in docs:
-        ids = tokenizer(doc.text, add_special_tokens=False)["input_ids"]
-        out.append(np.asarray([start, *ids], dtype=np.int32))
-    return out
+    return list(encode_documents(docs, tokenizer))
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from mlpmem.corpus import Document, doc_start_token
+from mlpmem.corpus import Document, encode_documents
 from mlpmem.errors import CorruptArtifact
 from mlpmem.shards import (FSYNC, MANIFEST, load_array, read_json, release, save_array, sha256_file, write_json,
                            writing)
@@ -30,8 +30,6 @@ FORMAT = "mlpmem.tokens/1"
 TOKENS = "tokens.npy"
 HEADER = 128
 """Bytes of the ``.npy`` header of ``tokens.npy``: reserved first, written once the length is known."""
-BATCH_CHARS = 1 << 20
-"""Characters of text sent to the tokenizer at once (a batch of documents, or one longer document)."""
 
 
 class TokenDocs(Sequence):
@@ -72,26 +70,12 @@ def _npy_header(n: int) -> bytes:
     return header
 
 
-def _encoded(docs: Iterable[Document], tokenizer):
-    """Token lists of ``docs`` in order, tokenizing about ``BATCH_CHARS`` of text per call."""
-    batch, chars = [], 0
-    for doc in docs:
-        batch.append(doc.text)
-        chars += len(doc.text)
-        if chars >= BATCH_CHARS:
-            yield from tokenizer(batch, add_special_tokens=False)["input_ids"]
-            batch, chars = [], 0
-    if batch:
-        yield from tokenizer(batch, add_special_tokens=False)["input_ids"]
-
-
 def _append_documents(f, docs: Iterable[Document], tokenizer, cap: int | None, bar) -> array:
     """Write ``[doc_start, tokens...]`` of each document to ``f`` (up to ``cap`` tokens in all; documents
     of fewer than 2 tokens, which have no target, are skipped); return the document offsets."""
-    start = doc_start_token(tokenizer)
     offsets, total = array("q", [0]), 0
-    for ids in _encoded(docs, tokenizer):
-        doc = np.asarray([start, *ids], dtype="<i4")[: (cap - total) if cap else None]
+    for doc in encode_documents(docs, tokenizer):
+        doc = doc[: (cap - total) if cap else None].astype("<i4", copy=False)
         if len(doc) < 2:
             continue
         f.write(doc.tobytes())
