@@ -114,35 +114,18 @@ def worker_corpus(run_dir: str, mode: str) -> dict:
 def worker_sharding(store_dir: str, sharding: str, steps: int, width: int) -> dict:
     """Under the launcher: ``steps`` training steps of an 8-block memory of intermediate size ``width`` on a
     synthetic keystore with ``train.sharding = sharding``; this process's peak RSS and seconds."""
-    import torch
-
-    from mlpmem.datastore import KeyStore
     from mlpmem.distributed import current
     from mlpmem.index import set_threads
-    from mlpmem.memory import MemoryConfig, MLPMemory
-    from mlpmem.teacher import TeacherStore
-    from mlpmem.train import EvalData, TrainConfig, TrainData, train_memory
 
     dist = current()
     set_threads()
     store_dir = Path(store_dir)
-    store = KeyStore(store_dir)
-    teacher = TeacherStore(store_dir.parent / "teacher", datastore=store)
-    data = TrainData(store.rows("keys"), store.rows("values"), teacher.rows("ids"), teacher.rows("probs"),
-                     teacher.rows("residual"))
-    vocab = store.manifest["backbone"]["vocab_size"]
-    val = EvalData(np.asarray(store.rows("keys")[:256]), np.asarray(store.rows("values")[:256]),
-                   np.full(256, -np.log(vocab), np.float32))
-    torch.manual_seed(0)
-    memory = MLPMemory(MemoryConfig(input_size=store.hidden_size, vocab_size=vocab, intermediate_size=width,
-                                    num_layers=8))
     rss0 = peak_rss_mb()
-    cfg = TrainConfig(epochs=1, batch_size=256, checkpoint_every=10**9, eval_lambdas=[0.0, 1.0], sharding=sharding)
     t0 = time.perf_counter()
-    train_memory(memory, data, val, cfg, store_dir.parent / f"shard-{sharding}-{dist.rank}", progress=False,
-                 stop_after=steps)
+    parameters = train_synthetic(store_dir, store_dir.parent / f"shard-{sharding}-{dist.rank}", steps, width=width,
+                                 layers=8, batch_size=256, sharding=sharding)
     return {"rank": dist.rank, "seconds": time.perf_counter() - t0, "peak_rss_mb": peak_rss_mb(),
-            "rss_before_mb": rss0, "parameters": sum(p.numel() for p in memory.parameters())}
+            "rss_before_mb": rss0, "parameters": parameters}
 
 
 def repeated_corpus(config: str, out: Path, repeats: int, overrides: list[str] = ()) -> Path:
@@ -151,19 +134,17 @@ def repeated_corpus(config: str, out: Path, repeats: int, overrides: list[str] =
     import yaml
 
     from mlpmem.config import PipelineConfig
-    from mlpmem.pipeline import Run, corpus_folder
-
     from mlpmem.corpus import split_files
+    from mlpmem.pipeline import Run, corpus_folder
 
     cfg = PipelineConfig.from_yaml(config, [*overrides, f"run_dir={out / 'source'}"])
     source = split_files(corpus_folder(Run(cfg, progress=False)))
     corpus = out / "corpus"
     corpus.mkdir(parents=True, exist_ok=True)
+    docs = [json.loads(line) for line in source["train"].read_text().splitlines()]
     with open(corpus / "train.jsonl", "w") as f:
         for r in range(repeats):
-            for line in source["train"].read_text().splitlines():
-                doc = json.loads(line)
-                f.write(json.dumps({"id": f"{doc['id']}#{r}", "text": doc["text"]}) + "\n")
+            f.writelines(json.dumps({"id": f"{d['id']}#{r}", "text": d["text"]}) + "\n" for d in docs)
     for split in ("validation", "test"):
         shutil.copy(source[split], corpus / f"{split}.jsonl")
     raw = cfg.to_dict()
@@ -229,13 +210,8 @@ def _synthetic_teacher_config():
 def worker_memory(store_dir: str, what: str, steps: int) -> dict:
     """Peak RSS of one stage over a synthetic keystore: ``teacher``, ``train`` (rows on demand) or
     ``train-in-ram`` (every key concatenated in RAM first, as before)."""
-    import torch
-
-    from mlpmem.datastore import KeyStore
     from mlpmem.index import set_threads
-    from mlpmem.memory import MemoryConfig, MLPMemory
-    from mlpmem.teacher import TeacherStore, build_teacher
-    from mlpmem.train import EvalData, TrainConfig, TrainData, train_memory
+    from mlpmem.teacher import build_teacher
 
     set_threads()
     store_dir = Path(store_dir)
@@ -245,19 +221,36 @@ def worker_memory(store_dir: str, what: str, steps: int) -> dict:
         build_teacher(store_dir, store_dir.parent / "teacher", _synthetic_teacher_config(), rebuild=True,
                       progress=False)
     else:
-        store = KeyStore(store_dir)
-        teacher = TeacherStore(store_dir.parent / "teacher", datastore=store)
-        fetch = (lambda s, n: s.rows(n)) if what == "train" else (lambda s, n: s.array(n))
-        data = TrainData(fetch(store, "keys"), fetch(store, "values"), fetch(teacher, "ids"),
-                         fetch(teacher, "probs"), fetch(teacher, "residual"))
-        val = EvalData(np.asarray(store.rows("keys")[:512]), np.asarray(store.rows("values")[:512]),
-                       np.full(512, -np.log(store.manifest["backbone"]["vocab_size"]), np.float32))
-        torch.manual_seed(0)
-        memory = MLPMemory(MemoryConfig(input_size=store.hidden_size, vocab_size=store.manifest["backbone"]
-                                        ["vocab_size"], intermediate_size=256, num_layers=2))
-        cfg = TrainConfig(epochs=1, batch_size=512, checkpoint_every=10**9, eval_lambdas=[0.0, 1.0])
-        train_memory(memory, data, val, cfg, store_dir.parent / f"{what}-out", progress=False, stop_after=steps)
+        train_synthetic(store_dir, store_dir.parent / f"{what}-out", steps, in_ram=what == "train-in-ram")
     return {"seconds": time.perf_counter() - t0, "peak_rss_mb": peak_rss_mb(), "rss_before_mb": rss0}
+
+
+def train_synthetic(store_dir: Path, out: Path, steps: int, in_ram: bool = False, width: int = 256, layers: int = 2,
+                    batch_size: int = 512, sharding: str = "ddp") -> int:
+    """``steps`` training steps of a seeded memory over a synthetic keystore and its teacher, rows read on demand
+    from the shards (or, ``in_ram``, every field concatenated in RAM first); returns the memory's parameters."""
+    import torch
+
+    from mlpmem.datastore import KeyStore
+    from mlpmem.memory import MemoryConfig, MLPMemory
+    from mlpmem.teacher import TeacherStore
+    from mlpmem.train import EvalData, TrainConfig, TrainData, train_memory
+
+    store = KeyStore(store_dir)
+    teacher = TeacherStore(store_dir.parent / "teacher", datastore=store)
+    fetch = (lambda s, n: s.array(n)) if in_ram else (lambda s, n: s.rows(n))
+    data = TrainData(fetch(store, "keys"), fetch(store, "values"), fetch(teacher, "ids"), fetch(teacher, "probs"),
+                     fetch(teacher, "residual"))
+    vocab = store.manifest["backbone"]["vocab_size"]
+    val = EvalData(np.asarray(store.rows("keys")[:512]), np.asarray(store.rows("values")[:512]),
+                   np.full(512, -np.log(vocab), np.float32))
+    torch.manual_seed(0)
+    memory = MLPMemory(MemoryConfig(input_size=store.hidden_size, vocab_size=vocab, intermediate_size=width,
+                                    num_layers=layers))
+    cfg = TrainConfig(epochs=1, batch_size=batch_size, checkpoint_every=10**9, eval_lambdas=[0.0, 1.0],
+                      sharding=sharding)
+    train_memory(memory, data, val, cfg, out, progress=False, stop_after=steps)
+    return sum(p.numel() for p in memory.parameters())
 
 
 # ---------------------------------------------------------------------------------------------
