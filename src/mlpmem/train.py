@@ -139,13 +139,11 @@ def evaluate(memory: MLPMemory, data: EvalData, lambdas: list[float]) -> dict:
             "best_lambda": best, "ppl_by_lambda": {str(k): v for k, v in joint.items()}}
 
 
-def optimizer_step(accelerator, optimizer, scheduler, params, grad_clip: float) -> None:
-    """Clip the gradients of ``params``, step the optimizer and the schedule, clear the gradients."""
-    from torch.distributed.tensor import DTensor
-
-    params = list(params)
-    if any(isinstance(p, DTensor) for p in params):
-        clip_sharded(params, grad_clip)
+def optimizer_step(accelerator, optimizer, scheduler, params, grad_clip: float, sharded: bool = False) -> None:
+    """Clip the gradients of ``params`` (FSDP-``sharded``: on the global norm over all shards), step the optimizer
+    and the schedule, clear the gradients."""
+    if sharded:
+        clip_sharded(list(params), grad_clip)
     else:
         accelerator.clip_grad_norm_(params, grad_clip)
     optimizer.step()
@@ -396,7 +394,7 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
         loss, parts = sparse_hybrid_loss(logits, batch["teacher_ids"], batch["teacher_probs"],
                                          batch["teacher_residual"], batch["targets"], cfg.alpha, cfg.loss_chunk)
         accelerator.backward(loss * weight)
-        optimizer_step(accelerator, optimizer, scheduler, trainable, cfg.grad_clip)
+        optimizer_step(accelerator, optimizer, scheduler, trainable, cfg.grad_clip, sharded)
         step += 1
         elapsed = time.perf_counter() - t_start
         bar.update(1)
