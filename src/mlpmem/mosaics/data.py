@@ -110,17 +110,14 @@ def evaluation_starts(n_tokens: int, seq_len: int) -> np.ndarray:
 
 def check_data_settings(out: Path, exp) -> None:
     """Record which text and tokenizer ``out`` holds streams of; refuse to reuse them for other settings."""
-    from mlpmem.shards import read_json, write_json
+    from mlpmem.shards import compare_settings, read_json, write_json
 
     settings = {"corpus": exp.corpus, "extra_train": list(exp.extra_train), "tokenizer": exp.tokenizer,
                 "vocab_size": exp.vocab_size}
     path = out / "data" / "settings.json"
     if path.is_file():
-        recorded = read_json(path, "mosaics data settings")
-        if recorded != settings:
-            changed = next(k for k in settings if recorded.get(k) != settings[k])
-            raise ConfigError(f"{out} holds data and a tokenizer built with {changed}={recorded.get(changed)!r}, "
-                              f"not {settings[changed]!r}: use another out_dir")
+        compare_settings(read_json(path, "mosaics data settings"), settings, f"the data and tokenizer of {out}",
+                         ConfigError)
     elif (out / "tokenizer").exists() or (out / "data").exists():
         return  # built before settings were recorded: kept as they are
     else:

@@ -100,7 +100,7 @@ def evaluate_model(model, tokenizer, streams: dict, exp: MosaicsExperiment, prog
     for n in cfg.nk_documents:
         items = tasks.new_knowledge_items(n, cfg.nk_trials, cfg.cloze_choices, exp.seed)
         length = sum(len(tokenizer(it["context"])["input_ids"]) for it in items) / len(items)
-        hits = tasks.choose(scorer, items) == np.asarray([it["label"] for it in items])
+        hits = tasks.correct(scorer, items)
         correct.append(hits)
         distances.append([len(tokenizer(it["context"][it["fact_at"] :])["input_ids"]) for it in items])
         res["new_knowledge"].append({"documents": n, "tokens": length, "accuracy": float(100.0 * hits.mean())})

@@ -54,10 +54,15 @@ def choose(scorer, items: list[dict]) -> np.ndarray:
     return np.asarray(out)
 
 
+def correct(scorer, items: list[dict]) -> np.ndarray:
+    """Whether the best-scoring candidate of each item is its label (bool per item)."""
+    return choose(scorer, items) == np.asarray([it["label"] for it in items])
+
+
 def accuracy(scorer, items: list[dict]) -> float:
     if not items:
         return float("nan")
-    return float(100.0 * np.mean(choose(scorer, items) == np.asarray([it["label"] for it in items])))
+    return float(100.0 * np.mean(correct(scorer, items)))
 
 
 def _shuffle_choices(rng: random.Random, answer: str, others: list[str]) -> tuple[list[str], int]:
