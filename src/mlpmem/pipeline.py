@@ -29,7 +29,7 @@ from mlpmem.config import CorpusConfig, PipelineConfig
 from mlpmem.corpus import SPLITS, doc_start_token, iter_documents, split_files
 from mlpmem.distributed import launched_rank
 from mlpmem.errors import ConfigError, CorpusError
-from mlpmem.shards import read_json, sha256_file, write_json
+from mlpmem.shards import read_json, write_json
 from mlpmem.tokens import TokenDocs, is_current, open_tokens, write_tokens
 
 
@@ -95,7 +95,8 @@ def corpus_folder(run: Run) -> Path:
 
 
 def _source_state(path: Path) -> list:
-    """Name, size and modification time of every file of a raw corpus (what decides a split is stale)."""
+    """Name, size and modification time of every file of a corpus (what decides a split or its tokens are stale:
+    cheap to read, unlike a checksum of a corpus of many GB)."""
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
     return [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in files]
 
@@ -140,7 +141,7 @@ def split_tokens(run: Run, split: str) -> TokenDocs:
 
     source = split_files(corpus_folder(run))[split]
     tokenizer, cap = run.backbone[1], run.cfg.corpus.max_tokens.get(split)
-    settings = {"source_sha256": sha256_file(source), "tokenizer_sha": tokenizer_hash(tokenizer),
+    settings = {"source": _source_state(source), "tokenizer_sha": tokenizer_hash(tokenizer),
                 "doc_start": doc_start_token(tokenizer), "cap": cap}
     folder, dist = run.path("tokens", split), current()
     if dist.is_main and not is_current(folder, settings):

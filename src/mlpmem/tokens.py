@@ -5,7 +5,7 @@ A split is tokenized document by document (read one at a time, encoded in batche
 (int64, document ``i`` is ``tokens[offsets[i]:offsets[i+1]]``). So a stage's memory is bounded by the
 largest document, not by the corpus: the datastore stage reads windows from the memory map. The folder
 is written under a temporary name and renamed when complete; ``manifest.json`` records what it was
-built from (the split file's sha256, the tokenizer, the cap) and is compared on reuse, and both arrays
+built from (the split file's name, size and time, the tokenizer, the cap) and is compared on reuse, and both arrays
 carry checksums verified on open.
 """
 
@@ -41,9 +41,7 @@ class TokenDocs(Sequence):
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
+    def __getitem__(self, i: int) -> np.ndarray:
         if i < 0:
             i += len(self)
         return self.tokens[self.offsets[i] : self.offsets[i + 1]]
