@@ -55,7 +55,7 @@ def install_kill_switch() -> None:
 def tiny_docs(tokenizer, n_docs: int = 4):
     from conftest import corpus_text
 
-    from mlpmem.corpus import Document, tokenize_documents
+    from mlpmem.corpora.documents import Document, tokenize_documents
 
     return tokenize_documents([Document(str(i), t) for i, t in enumerate(corpus_text(n_docs))], tokenizer)
 
@@ -71,7 +71,7 @@ def teacher_config(kind: str = "exact"):
 
 def tiny_memory(store, backbone_dir: Path | None = None):
     """A 2-block memory; with ``backbone_dir``, its head tied to (and frozen as) the backbone's embedding."""
-    from mlpmem.memory import MemoryConfig, MLPMemory, tie_to_backbone
+    from mlpmem.memory.model import MemoryConfig, MLPMemory, tie_to_backbone
 
     torch.manual_seed(0)
     vocab = int(store.manifest["backbone"]["vocab_size"])
@@ -88,7 +88,7 @@ def train_stage(stage: str, backbone_dir: Path, out: Path) -> None:
     """``train``, ``train-tied``, each optionally ``-fsdp``: see the module docstring."""
     from mlpmem.datastore import KeyStore
     from mlpmem.teacher import TeacherStore
-    from mlpmem.train import EvalData, TrainConfig, TrainData, train_memory
+    from mlpmem.training.loop import EvalData, TrainConfig, TrainData, train_memory
 
     flags = stage.split("-")[1:]
     suffix = "-tied" if "tied" in flags else ""
@@ -127,7 +127,7 @@ def run_stage(stage: str, backbone_dir: Path, out: Path, dist=None) -> None:
 
 
 def main() -> None:
-    from mlpmem.scalebench import _match_launcher_priority
+    from mlpmem.experiments.bench.scale import _match_launcher_priority
 
     _match_launcher_priority()  # torchrun's workers start a new session: keep the launcher's CPU weight
     torch.set_num_threads(1)

@@ -105,9 +105,9 @@ def subprocess_stage_env(monkeypatch):
     """For tests that run stages in worker subprocesses: no fsync (MLPMEM_FSYNC=0: a kill keeps the page cache,
     and fsync on a busy disk costs seconds per file) and one thread everywhere (tiny models; no oversubscription
     between the test process and its workers)."""
-    import mlpmem.shards
+    import mlpmem.utils.shards
 
-    monkeypatch.setattr(mlpmem.shards, "FSYNC", False)
+    monkeypatch.setattr(mlpmem.utils.shards, "FSYNC", False)
     monkeypatch.setenv("MLPMEM_FSYNC", "0")
     monkeypatch.setenv("MLPMEM_THREADS", "1")
     threads = torch.get_num_threads()

@@ -3,16 +3,24 @@
 import json
 
 import pytest
-
 from conftest import write_corpus
-from mlpmem.ablation import ALL_STUDIES, RETRIEVAL_STUDIES, run_study, variant_config
-from mlpmem.config import PipelineConfig
+
 from mlpmem.errors import ConfigError
+from mlpmem.experiments.ablation import (
+    ALL_STUDIES,
+    RETRIEVAL_STUDIES,
+    run_study,
+    variant_config,
+)
+from mlpmem.pipeline.config import PipelineConfig
 
 
 @pytest.fixture()
 def tiny_run(tmp_path, tiny_backbone_dir):
-    from mlpmem.pipeline import Run, stage_datastore, stage_knnlm, stage_teacher
+    from mlpmem.pipeline.datastore import stage_datastore
+    from mlpmem.pipeline.knnlm import stage_knnlm
+    from mlpmem.pipeline.run import Run
+    from mlpmem.pipeline.teacher import stage_teacher
 
     corpus = write_corpus(tmp_path / "corpus", 10)
     cfg = PipelineConfig.from_yaml("configs/tiny.yaml", [f"run_dir={tmp_path / 'run'}",
@@ -26,7 +34,7 @@ def tiny_run(tmp_path, tiny_backbone_dir):
 
 
 def test_layer_study_builds_keys_per_depth(tiny_run, monkeypatch):
-    import mlpmem.ablation as ablation
+    import mlpmem.experiments.ablation as ablation
 
     monkeypatch.setitem(ablation.RETRIEVAL_STUDIES, "layer", {"layer=0.3": {"layer": 0.3}, "layer=1.0": {"layer": 1.0}})
     rows = run_study(tiny_run, "layer", progress=False)
@@ -42,7 +50,7 @@ def test_layer_study_builds_keys_per_depth(tiny_run, monkeypatch):
 
 
 def test_teacher_study_rebuilds_the_teacher_only(tiny_run, monkeypatch):
-    import mlpmem.ablation as ablation
+    import mlpmem.experiments.ablation as ablation
 
     monkeypatch.setitem(ablation.RETRIEVAL_STUDIES, "teacher", {"k=4": {"k": 4}, "k=8, T=10": {"k": 8, "temperature": 10.0}})
     rows = run_study(tiny_run, "teacher", progress=False)

@@ -1,10 +1,17 @@
 import pytest
 import torch
-
-from mlpmem.backbone import (KeyHook, check_fingerprint, decoder_layers, extract_keys, fingerprint, load_backbone,
-                             resolve_layer)
-from mlpmem.errors import ConfigError, FingerprintMismatch, MlpmemError
 from conftest import make_gpt2, make_llama
+
+from mlpmem.backbone import (
+    KeyHook,
+    check_fingerprint,
+    decoder_layers,
+    extract_keys,
+    fingerprint,
+    load_backbone,
+    resolve_layer,
+)
+from mlpmem.errors import ConfigError, FingerprintMismatch, MlpmemError
 
 
 def _ids(vocab, b=2, t=20):

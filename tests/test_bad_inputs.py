@@ -11,19 +11,30 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-import mlpmem.shards
-from mlpmem.config import PipelineConfig
-from mlpmem.corpus import Document, make_windows, read_documents, tokenize_documents
-from mlpmem.datastore import KeyStore, build_keystore
-from mlpmem.errors import ConfigError, CorpusError, CorruptArtifact, FingerprintMismatch, MlpmemError
-from mlpmem.index import ExactIndex, FaissIndex, IndexConfig, open_or_build
-from mlpmem.loss import check_alpha
-from mlpmem.mixing import check_lambda
-from mlpmem.pipeline import Run
-from mlpmem.shards import DiskFull, sha256_file
-from mlpmem.teacher import TeacherConfig, TeacherStore, build_teacher
 from conftest import corpus_text, make_llama
+
+import mlpmem.utils.shards
+from mlpmem.corpora.documents import (
+    Document,
+    make_windows,
+    read_documents,
+    tokenize_documents,
+)
+from mlpmem.datastore import KeyStore, build_keystore
+from mlpmem.errors import (
+    ConfigError,
+    CorpusError,
+    CorruptArtifact,
+    FingerprintMismatch,
+    MlpmemError,
+)
+from mlpmem.index import ExactIndex, FaissIndex, IndexConfig, open_or_build
+from mlpmem.inference.mixing import check_lambda
+from mlpmem.pipeline.config import PipelineConfig
+from mlpmem.pipeline.run import Run
+from mlpmem.teacher import TeacherConfig, TeacherStore, build_teacher
+from mlpmem.training.loss import check_alpha
+from mlpmem.utils.shards import DiskFull, sha256_file
 
 KW = dict(layer=-1, site="ffn_input", block_size=24, stride=12, batch_size=2, batches_per_shard=2, progress=False)
 ROOT = Path(__file__).parent.parent
@@ -31,7 +42,7 @@ ROOT = Path(__file__).parent.parent
 
 @pytest.fixture(autouse=True)
 def _no_fsync(monkeypatch):
-    monkeypatch.setattr(mlpmem.shards, "FSYNC", False)
+    monkeypatch.setattr(mlpmem.utils.shards, "FSYNC", False)
     monkeypatch.setenv("MLPMEM_THREADS", "1")  # tiny models: one thread (no OpenMP spinning on a busy machine)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -184,8 +195,8 @@ def test_damaged_teacher_and_index(store_dir, tmp_path):
 
 
 def test_damaged_or_pickled_checkpoint(tmp_path):
-    from mlpmem.memory import MemoryConfig, MLPMemory
-    from mlpmem.train import EvalData, TrainConfig, TrainData, train_memory
+    from mlpmem.memory.model import MemoryConfig, MLPMemory
+    from mlpmem.training.loop import EvalData, TrainConfig, TrainData, train_memory
 
     rng = np.random.default_rng(0)
     n, d, v = 64, 8, 12
@@ -292,7 +303,7 @@ import resource, signal, sys
 import numpy as np
 sys.path.insert(0, {str(ROOT / 'src')!r})
 from pathlib import Path
-from mlpmem.shards import DiskFull, save_array
+from mlpmem.utils.shards import DiskFull, save_array
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 out = Path({str(tmp_path)!r})
 save_array(out, "small.npy", np.zeros(1000, np.float32))
@@ -329,7 +340,7 @@ def test_paths_cannot_escape_the_run_folder(tmp_path):
         with pytest.raises(ConfigError) as exc:
             run.path(*parts)
         one_line(exc, "escapes the run folder")
-    from mlpmem.pipeline import stage_train
+    from mlpmem.pipeline.train import stage_train
 
     with pytest.raises(ConfigError) as exc:
         stage_train(run, out=tmp_path / "outside")

@@ -6,16 +6,24 @@ import json
 
 import pytest
 import torch
-
 from _tiny import VOCAB, tiny_backbone
 from conftest import write_corpus
-from mlpmem.bench.infer import InferBenchConfig, Method, main, measure, memory_variants, targets, weight_limits
-from mlpmem.bench.knn_setup import KnnSetupConfig
+
 from mlpmem.cli import main as cli_main
 from mlpmem.errors import ConfigError
+from mlpmem.experiments.bench.infer import (
+    InferBenchConfig,
+    Method,
+    main,
+    measure,
+    memory_variants,
+    targets,
+    weight_limits,
+)
+from mlpmem.experiments.bench.knn_setup import KnnSetupConfig
 from mlpmem.index import IndexConfig
-from mlpmem.memory import MemoryConfig, MLPMemory, tie_to_backbone
-from mlpmem.mixed import MemoryAugmentedLM
+from mlpmem.inference.augmented_lm import MemoryAugmentedLM
+from mlpmem.memory.model import MemoryConfig, MLPMemory, tie_to_backbone
 
 
 def tied_memory(backbone):

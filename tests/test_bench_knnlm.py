@@ -6,14 +6,19 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
 from _tiny import PAD, VOCAB, TinyTokenizer, left_padded, tiny_backbone
+
 from mlpmem.backbone import KeyHook, resolve_layer
-from mlpmem.baselines.knnlm_decode import CombinedKeyStore, KnnLMDecoder, cached_index, knn_log_probs
+from mlpmem.baselines.knnlm import (
+    CombinedKeyStore,
+    KnnLMDecoder,
+    cached_index,
+    knn_log_probs,
+)
 from mlpmem.datastore import build_keystore
 from mlpmem.errors import FingerprintMismatch
 from mlpmem.index import ExactIndex, IndexConfig
-from mlpmem.mixing import mix_log_probs
+from mlpmem.inference.mixing import mix_log_probs
 
 
 def test_knn_log_probs_equals_a_loop():

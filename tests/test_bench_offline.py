@@ -6,11 +6,11 @@ import json
 
 import pytest
 import yaml
-
 from conftest import write_corpus
-from mlpmem.bench.offline import OfflineBenchConfig, main
+
 from mlpmem.cli import main as cli_main
 from mlpmem.errors import ConfigError
+from mlpmem.experiments.bench.offline import OfflineBenchConfig, main
 
 
 @pytest.fixture()

@@ -2,12 +2,11 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
+from conftest import write_corpus
 
 from mlpmem.cli import main
-from mlpmem.config import PipelineConfig
 from mlpmem.errors import ConfigError
-from conftest import write_corpus
+from mlpmem.pipeline.config import PipelineConfig
 
 CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
 

@@ -3,7 +3,12 @@ import json
 import numpy as np
 import pytest
 
-from mlpmem.corpus import count_targets, make_windows, read_documents, tokenize_documents
+from mlpmem.corpora.documents import (
+    count_targets,
+    make_windows,
+    read_documents,
+    tokenize_documents,
+)
 from mlpmem.errors import CorpusError
 
 
@@ -47,7 +52,7 @@ def test_bad_jsonl_and_missing(tmp_path):
 
 
 def test_tokenize_prepends_document_token(tiny_tokenizer):
-    from mlpmem.corpus import Document
+    from mlpmem.corpora.documents import Document
 
     arrays = tokenize_documents([Document("a", "The keeper.")], tiny_tokenizer)
     assert arrays[0].dtype == np.int32

@@ -4,11 +4,17 @@ import copy
 
 import pytest
 import torch
-
 from conftest import corpus_text, make_gpt2, make_llama
+
 from mlpmem.baselines.cpt import FinetuneConfig, pack_blocks, train_cpt
-from mlpmem.baselines.lora import (LoRAConfig, add_lora, default_targets, lora_rank_for, params_per_rank,
-                                   train_lora)
+from mlpmem.baselines.lora import (
+    LoRAConfig,
+    add_lora,
+    default_targets,
+    lora_rank_for,
+    params_per_rank,
+    train_lora,
+)
 from mlpmem.errors import ConfigError
 
 

@@ -1,12 +1,12 @@
 import numpy as np
 import pytest
 import torch
+from conftest import corpus_text, make_llama
 
 from mlpmem.backbone import KeyHook
-from mlpmem.corpus import Document, count_targets, tokenize_documents
+from mlpmem.corpora.documents import Document, count_targets, tokenize_documents
 from mlpmem.datastore import KeyStore, build_keystore
 from mlpmem.errors import CorruptArtifact, FingerprintMismatch
-from conftest import corpus_text, make_llama
 
 KW = dict(layer=-1, site="ffn_input", block_size=24, stride=12, batch_size=2, batches_per_shard=2, progress=False)
 
@@ -123,7 +123,7 @@ def test_shard_with_fields_of_different_lengths_is_rejected(docs, tiny_llama, ti
     target had no context inside it used to produce) is refused when opened."""
     import json
 
-    from mlpmem.shards import save_array
+    from mlpmem.utils.shards import save_array
 
     build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", **KW)
     manifest_path = tmp_path / "ds" / "manifest.json"

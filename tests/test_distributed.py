@@ -10,18 +10,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+import _stage_worker as worker
 import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from mlpmem.distributed import Dist, merge_records, my_slice, read_records, write_record
 from mlpmem.errors import ConfigError
-from mlpmem.memory import MLPMemory
-from mlpmem.shards import save_array
-from mlpmem.train import TrainConfig, adamw, load_checkpoint
-
-import _stage_worker as worker
+from mlpmem.memory.model import MLPMemory
+from mlpmem.training.loop import TrainConfig, adamw, load_checkpoint
+from mlpmem.utils.distributed import (
+    Dist,
+    merge_records,
+    my_slice,
+    read_records,
+    write_record,
+)
+from mlpmem.utils.shards import save_array
 
 WORKER = Path(__file__).parent / "_stage_worker.py"
 ROOT = Path(__file__).parent.parent
@@ -146,12 +151,12 @@ def train_copy(one: Path, folder: Path) -> Path:
 @pytest.fixture(scope="module")
 def reference(tiny_backbone_dir, tmp_path_factory):
     """1-process datastore, teacher and trained memories (untied head; head tied to the frozen embedding)."""
-    import mlpmem.shards
+    import mlpmem.utils.shards
 
     one = tmp_path_factory.mktemp("one")
     threads = torch.get_num_threads()
     with pytest.MonkeyPatch.context() as mp:  # as subprocess_stage_env does for each test
-        mp.setattr(mlpmem.shards, "FSYNC", False)
+        mp.setattr(mlpmem.utils.shards, "FSYNC", False)
         mp.setenv("MLPMEM_FSYNC", "0")
         mp.setenv("MLPMEM_THREADS", "1")
         torch.set_num_threads(1)

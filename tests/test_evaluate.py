@@ -1,9 +1,8 @@
 import numpy as np
 import torch
 
-from mlpmem.eval.perplexity import perplexity
-from mlpmem.eval.perplexity import lambda_curve
-from mlpmem.evaluate import tokens_for_mass
+from mlpmem.inference.perplexity import lambda_curve, perplexity
+from mlpmem.pipeline.evaluate import tokens_for_mass
 
 
 def test_tokens_for_mass_by_hand():

@@ -1,13 +1,18 @@
 import math
 
-import numpy as np
 import pytest
 import torch
 
-from mlpmem.baselines.knnlm import EvalSplit, KnnLMConfig, best, knn_target_logprob, sweep
 from mlpmem.errors import ConfigError
-from mlpmem.eval.perplexity import perplexity
-from mlpmem.mixing import mix_log_probs
+from mlpmem.inference.mixing import mix_log_probs
+from mlpmem.inference.perplexity import perplexity
+from mlpmem.pipeline.knnlm import (
+    EvalSplit,
+    KnnLMConfig,
+    best,
+    knn_target_logprob,
+    sweep,
+)
 
 
 def _split(n=40, k=8, vocab=5, seed=0):

@@ -7,7 +7,11 @@ import torch
 import torch.nn.functional as F
 
 from mlpmem.errors import ConfigError
-from mlpmem.loss import dense_reference_loss, sparse_hybrid_loss, teacher_entropy
+from mlpmem.training.loss import (
+    dense_reference_loss,
+    sparse_hybrid_loss,
+    teacher_entropy,
+)
 
 N, V = 12, 50
 

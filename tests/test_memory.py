@@ -7,11 +7,16 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-
 from _tiny import VOCAB, TinyTokenizer, tiny_backbone
+
 from mlpmem.backbone import decoder_layers, extract_keys, feed_forward
 from mlpmem.errors import ConfigError, CorruptArtifact, FingerprintMismatch
-from mlpmem.memory import MemoryConfig, MLPMemory, init_from_backbone, tie_to_backbone
+from mlpmem.memory.model import (
+    MemoryConfig,
+    MLPMemory,
+    init_from_backbone,
+    tie_to_backbone,
+)
 
 FAMILIES = ("llama", "gpt2")
 
@@ -199,7 +204,7 @@ def test_learns_a_repetitive_sequence_better_than_the_backbone():
     targets = tokens[0, 1:]  # (T - 1,)
     lm_ppl = F.cross_entropy(lm_logits, targets).exp().item()
 
-    from mlpmem.loss import sparse_hybrid_loss
+    from mlpmem.training.loss import sparse_hybrid_loss
 
     teacher_ids = torch.stack([targets, (targets + 1) % VOCAB], -1)  # a sharp kNN-like teacher
     teacher_probs = torch.tensor([0.9, 0.05]).expand(len(targets), 2)

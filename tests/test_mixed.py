@@ -5,13 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-
 from _tiny import PAD, VOCAB, TinyTokenizer, left_padded, tiny_backbone
+
 from mlpmem.backbone import KeyHook, decoder_layers
 from mlpmem.errors import ConfigError, FingerprintMismatch
-from mlpmem.memory import MemoryConfig, MLPMemory
-from mlpmem.mixed import MemoryAugmentedLM, mix_logits, tied_head_logits
-from mlpmem.mixing import mix_log_probs
+from mlpmem.inference.augmented_lm import (
+    MemoryAugmentedLM,
+    mix_logits,
+    tied_head_logits,
+)
+from mlpmem.inference.mixing import mix_log_probs
+from mlpmem.memory.model import MemoryConfig, MLPMemory
 
 FAMILIES = ("llama", "gpt2")
 PROMPTS = [[5, 17, 3, 99, 42, 7], [8, 9], [60, 61, 62, 63]]
@@ -213,7 +217,7 @@ def test_beam_search_lambda_zero_matches_backbone():
 
 def tied_augmented(family: str, lam: float, fuse_head: bool | None = None) -> MemoryAugmentedLM:
     """A tiny backbone with a memory whose head is the backbone's output embedding (spread hidden states)."""
-    from mlpmem.memory import tie_to_backbone
+    from mlpmem.memory.model import tie_to_backbone
 
     backbone = tiny_backbone(family)
     torch.manual_seed(3)

@@ -9,8 +9,18 @@ import torch
 
 from mlpmem.mosaics.config import MosaicsConfig
 from mlpmem.mosaics.memory_layers import (
-    AssociativeMemory, alpha_param, bandwidth, beta_param, gated_keys, gated_keys_reference, long_term_mask,
-    retrieve, retrieve_reference, short_term_mask, successor_values, value_scale_param,
+    AssociativeMemory,
+    alpha_param,
+    bandwidth,
+    beta_param,
+    gated_keys,
+    gated_keys_reference,
+    long_term_mask,
+    retrieve,
+    retrieve_reference,
+    short_term_mask,
+    successor_values,
+    value_scale_param,
 )
 
 DOCS = torch.tensor([[0] * 7 + [1] * 6, [5] * 13])  # (B=2, T=13): a boundary at 7 in the first row

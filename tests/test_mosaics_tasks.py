@@ -9,8 +9,13 @@ import numpy as np
 import pytest
 
 from mlpmem.errors import ConfigError
-from mlpmem.mosaics import tasks
-from mlpmem.mosaics.config import EvalSection, ModelSection, MosaicsExperiment, TrainSection
+from mlpmem.experiments.mosaics import tasks
+from mlpmem.experiments.mosaics.config import (
+    EvalSection,
+    ModelSection,
+    MosaicsExperiment,
+    TrainSection,
+)
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs" / "mosaics").glob("*.yaml"))
 
@@ -38,8 +43,8 @@ def test_bad_values_are_one_line_config_errors(tmp_path):
 
 
 def test_extra_training_text_and_data_settings(tmp_path, monkeypatch):
-    from mlpmem import shipped_corpora
-    from mlpmem.mosaics.data import prepare_streams
+    from mlpmem.corpora import shipped as shipped_corpora
+    from mlpmem.experiments.mosaics.data import prepare_streams
 
     texts = {"wikipedia-by-article": "the article says the river is long. ", "shakespeare-by-play": "to be or not. "}
     monkeypatch.setattr(shipped_corpora, "prepare", lambda name: name)
@@ -107,7 +112,7 @@ def test_accuracy_picks_the_highest_scoring_choice():
 
 
 def test_report_writes_table_and_plot(tmp_path):
-    from mlpmem.mosaics.report import three_questions_table, write_report
+    from mlpmem.experiments.mosaics.report import three_questions_table, write_report
 
     def fake(acc):
         return {"test": {"ppl": 50.0}, "cloze": acc, "train": {"tokens_per_s": 10.0, "train_seconds": 5.0},

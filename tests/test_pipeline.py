@@ -4,13 +4,15 @@ import json
 
 import numpy as np
 import pytest
-
 from conftest import corpus_text, write_corpus
-from mlpmem import pipeline, tokens
-from mlpmem.config import PipelineConfig
-from mlpmem.corpus import Document, tokenize_documents
+
+from mlpmem.corpora import tokens
+from mlpmem.corpora.documents import Document, tokenize_documents
 from mlpmem.errors import CorpusError
-from mlpmem.pipeline import Run, corpus_folder, split_tokens
+from mlpmem.pipeline import corpus as pipeline_corpus
+from mlpmem.pipeline.config import PipelineConfig
+from mlpmem.pipeline.corpus import corpus_folder, split_tokens
+from mlpmem.pipeline.run import Run
 
 
 @pytest.fixture()
@@ -54,10 +56,10 @@ def test_split_tokens_are_memory_mapped_and_built_once(run, monkeypatch):
     def no_rebuild(*args, **kwargs):
         raise AssertionError("tokenized again")
 
-    monkeypatch.setattr(pipeline, "write_tokens", no_rebuild)
+    monkeypatch.setattr(pipeline_corpus, "write_tokens", no_rebuild)
     assert split_tokens(run, "train").num_tokens == docs.num_tokens
     run.cfg.corpus.max_tokens = {"train": 40}  # a new cap is a different split: tokenized again
     with pytest.raises(AssertionError, match="tokenized again"):
         split_tokens(run, "train")
-    monkeypatch.setattr(pipeline, "write_tokens", tokens.write_tokens)
+    monkeypatch.setattr(pipeline_corpus, "write_tokens", tokens.write_tokens)
     assert split_tokens(run, "train").num_tokens == 40

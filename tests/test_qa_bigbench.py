@@ -7,7 +7,14 @@ import tarfile
 import pytest
 
 from mlpmem.errors import CorpusError
-from mlpmem.qa.bigbench import TASK_MEMBER, detokenize, disfl_qa, multiple_choice, qa_wikidata, read_task
+from mlpmem.experiments.qa.bigbench import (
+    TASK_MEMBER,
+    detokenize,
+    disfl_qa,
+    multiple_choice,
+    qa_wikidata,
+    read_task,
+)
 
 PARA_A = "The Earth ' s atmosphere holds oxygen ( see Occurrence ) . It is 21 % of the air ."
 PARA_B = "Petrologists identify rock samples in the laboratory ."

@@ -6,7 +6,11 @@ import pytest
 import torch
 from torch import nn
 
-from mlpmem.qa.choice import DOMAIN_PREMISE, continuation_logprobs, score_multiple_choice
+from mlpmem.experiments.qa.choice import (
+    DOMAIN_PREMISE,
+    continuation_logprobs,
+    score_multiple_choice,
+)
 
 
 class CharTokenizer:

@@ -5,9 +5,15 @@ import json
 import pytest
 
 from mlpmem.errors import CorpusError
-from mlpmem.qa.eval_qa import (GenerationConfig, closed_book_prompts, evaluate_questions, generate_answers,
-                               read_questions, tune_lambda)
-from mlpmem.qa.prompts import cut_at_stop, qa_prompt
+from mlpmem.experiments.qa.eval_qa import (
+    GenerationConfig,
+    closed_book_prompts,
+    evaluate_questions,
+    generate_answers,
+    read_questions,
+    tune_lambda,
+)
+from mlpmem.inference.prompts import cut_at_stop, qa_prompt
 
 
 def test_prompts_and_stops():
@@ -67,7 +73,7 @@ def test_read_questions(tmp_path):
 
 def test_shots_put_demonstrations_first_and_are_checked():
     from mlpmem.errors import ConfigError
-    from mlpmem.qa.prompts import DEMONSTRATIONS, demonstrations
+    from mlpmem.inference.prompts import DEMONSTRATIONS, demonstrations
 
     two = qa_prompt("Who?", shots=2)
     q0, a0 = DEMONSTRATIONS[0]
@@ -83,7 +89,7 @@ def test_shots_put_demonstrations_first_and_are_checked():
 def test_answer_ends_at_the_document_separator(tiny_tokenizer):
     """A model fine-tuned on the corpus (CPT, LoRA) ends an answer with the separator the corpus put between
     documents; the rest of the row must not run into the prediction."""
-    from mlpmem.corpus import doc_start_token
+    from mlpmem.corpora.documents import doc_start_token
 
     model = EchoModel(tiny_tokenizer, " The shore")
     model.ids = model.ids + [doc_start_token(tiny_tokenizer)] + tiny_tokenizer(" The city", add_special_tokens=False)[

@@ -2,7 +2,7 @@
 
 import pytest
 
-from mlpmem.qa.metrics import exact_match, f1, normalize_answer, score
+from mlpmem.experiments.qa.metrics import exact_match, f1, normalize_answer, score
 
 
 @pytest.mark.parametrize("raw,norm", [

@@ -5,8 +5,15 @@ import json
 import pytest
 
 from mlpmem.errors import ConfigError
-from mlpmem.qa.synthetic import (ATTRIBUTES, DOC_TEMPLATES, QUESTION_TEMPLATES, SyntheticConfig, chance_accuracy,
-                                 generate, write_benchmark)
+from mlpmem.experiments.qa.synthetic import (
+    ATTRIBUTES,
+    DOC_TEMPLATES,
+    QUESTION_TEMPLATES,
+    SyntheticConfig,
+    chance_accuracy,
+    generate,
+    write_benchmark,
+)
 
 
 def test_deterministic_under_seed(tmp_path):

@@ -4,9 +4,16 @@ import numpy as np
 import pytest
 import torch
 
-from mlpmem.baselines.rag import (RAG, BM25Retriever, DenseRetriever, RAGConfig, build_rag_prompt, make_passages)
+from mlpmem.baselines.rag import (
+    RAG,
+    BM25Retriever,
+    DenseRetriever,
+    RAGConfig,
+    build_rag_prompt,
+    make_passages,
+)
 from mlpmem.errors import ConfigError
-from mlpmem.qa.prompts import qa_prompt
+from mlpmem.inference.prompts import qa_prompt
 
 DOCS = [
     "Tanoza Zuloze was born in Kedimouth in 1911.",
@@ -82,7 +89,7 @@ def test_shipped_dense_encoder_if_installed():
 
 
 def test_prompt_with_shots_counts_them_against_the_limit(tiny_tokenizer):
-    from mlpmem.qa.prompts import demonstrations
+    from mlpmem.inference.prompts import demonstrations
 
     question = "Where was Tanoza Zuloze born?"
     n = lambda text: len(tiny_tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -1,10 +1,15 @@
 """bench-scale pieces that run in seconds: the synthetic keystore is a valid store, the report lists every part."""
 
 import numpy as np
+from conftest import write_corpus
 
 from mlpmem.datastore import KeyStore
-from conftest import write_corpus
-from mlpmem.scalebench import markdown, repeated_corpus, synthetic_keystore, worker_corpus
+from mlpmem.experiments.bench.scale import (
+    markdown,
+    repeated_corpus,
+    synthetic_keystore,
+    worker_corpus,
+)
 
 
 def test_synthetic_keystore_opens_as_a_verified_keystore(tmp_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mlpmem import shipped_corpora as sc
+from mlpmem.corpora import shipped as sc
 from mlpmem.errors import ConfigError, CorpusError
 
 PLAYS = {

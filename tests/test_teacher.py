@@ -1,14 +1,20 @@
 import numpy as np
 import pytest
 import torch
+from conftest import corpus_text
 
-from mlpmem.corpus import Document, tokenize_documents
+from mlpmem.corpora.documents import Document, tokenize_documents
 from mlpmem.datastore import KeyStore, build_keystore
 from mlpmem.errors import ConfigError, FingerprintMismatch
 from mlpmem.index import ExactIndex, FaissIndex, IndexConfig, build_index
-from mlpmem.teacher import (TeacherConfig, TeacherStore, aggregate_by_token, aggregate_reference, build_teacher,
-                            exclude_and_weight)
-from conftest import corpus_text
+from mlpmem.teacher import (
+    TeacherConfig,
+    TeacherStore,
+    aggregate_by_token,
+    aggregate_reference,
+    build_teacher,
+    exclude_and_weight,
+)
 
 KW = dict(layer=-1, site="ffn_input", block_size=24, stride=12, batch_size=2, batches_per_shard=2, progress=False)
 

@@ -4,12 +4,17 @@ import json
 
 import numpy as np
 import pytest
-
 from conftest import corpus_text
-from mlpmem import corpus
-from mlpmem.corpus import Document, corpus_hash, iter_documents, tokenize_documents
+
+from mlpmem.corpora import documents as corpus
+from mlpmem.corpora.documents import (
+    Document,
+    corpus_hash,
+    iter_documents,
+    tokenize_documents,
+)
+from mlpmem.corpora.tokens import is_current, open_tokens, write_tokens
 from mlpmem.errors import CorruptArtifact
-from mlpmem.tokens import is_current, open_tokens, write_tokens
 
 SETTINGS = {"source": "test"}
 

@@ -3,8 +3,15 @@ import pytest
 import torch
 
 from mlpmem.errors import ConfigError, CorruptArtifact
-from mlpmem.memory import MemoryConfig, MLPMemory
-from mlpmem.train import EvalData, TrainConfig, TrainData, epoch_order, lr_at, train_memory
+from mlpmem.memory.model import MemoryConfig, MLPMemory
+from mlpmem.training.loop import (
+    EvalData,
+    TrainConfig,
+    TrainData,
+    epoch_order,
+    lr_at,
+    train_memory,
+)
 
 V, D, N = 24, 8, 300
 

@@ -23,7 +23,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from mlpmem.config import Config
 from mlpmem.errors import ConfigError, FingerprintMismatch, MlpmemError
+from mlpmem.utils.io import cache_root
 
 SITES = ("ffn_input", "residual")
 PRECISIONS = ("fp32", "bf16")
@@ -48,11 +50,6 @@ SHIPPED_MODELS = {
     ),
 }
 DEFAULT_BACKBONE = "smollm2-135m"
-
-
-def cache_root() -> Path:
-    """Folder for converted models and prepared corpora (``$MLPMEM_CACHE`` or ``~/.cache/mlpmem``)."""
-    return Path(os.environ.get("MLPMEM_CACHE", Path.home() / ".cache" / "mlpmem"))
 
 
 def _locate_gguf(spec: ShippedModel) -> Path:
@@ -268,3 +265,22 @@ def timed_load(name: str):
     t0 = time.perf_counter()
     model, tokenizer = load_backbone(name)
     return model, tokenizer, time.perf_counter() - t0
+
+
+@dataclass
+class BackboneConfig(Config):
+    name: str = DEFAULT_BACKBONE
+    """Shipped name (``smollm2-135m``), hub name or local folder of a causal LM."""
+    layer: int | float = -1
+    """Key layer: an index (negative from the end) or a depth fraction in (0, 1]."""
+    site: str = "ffn_input"
+    """``ffn_input`` (input of the layer's feed-forward block) or ``residual`` (block output)."""
+    precision: str = "fp32"
+    """Compute precision of the datastore and evaluation passes: ``fp32`` or ``bf16`` (autocast, ~2x faster)."""
+
+    def validate(self) -> None:
+        check_precision(self.precision)
+        if self.site not in SITES:
+            raise ConfigError(f"backbone.site must be one of {SITES}, got {self.site!r}")
+        if isinstance(self.layer, float) and not 0 < self.layer <= 1:
+            raise ConfigError(f"backbone.layer as a fraction must be in (0, 1], got {self.layer}")

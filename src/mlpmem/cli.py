@@ -10,52 +10,52 @@ from mlpmem.errors import MlpmemError
 
 
 def _load(args):
-    from mlpmem.config import PipelineConfig
+    from mlpmem.pipeline.config import PipelineConfig
 
     return PipelineConfig.from_yaml(args.config, args.set)
 
 
 def _run(args):
-    from mlpmem.pipeline import Run
+    from mlpmem.pipeline.run import Run
 
     return Run(_load(args), progress=not args.quiet)
 
 
 def cmd_corpora(args):
-    from mlpmem.shipped_corpora import CORPORA
+    from mlpmem.corpora.shipped import CORPORA
 
     for name, desc in CORPORA.items():
         print(f"{name:28s} {desc}")
 
 
 def cmd_prepare_corpus(args):
-    from mlpmem.shipped_corpora import prepare
+    from mlpmem.corpora.shipped import prepare
 
     print(prepare(args.name, seed=args.seed))
 
 
 def cmd_datastore(args):
-    from mlpmem.pipeline import stage_datastore
+    from mlpmem.pipeline.datastore import stage_datastore
 
     print(json.dumps(stage_datastore(_run(args), args.rebuild), indent=1))
 
 
 def cmd_knnlm(args):
-    from mlpmem.pipeline import stage_knnlm
-    from mlpmem.report import knnlm_summary
+    from mlpmem.pipeline.knnlm import stage_knnlm
+    from mlpmem.reporting.run_report import knnlm_summary
 
     print(knnlm_summary(stage_knnlm(_run(args))))
 
 
 def cmd_teacher(args):
-    from mlpmem.pipeline import stage_teacher
+    from mlpmem.pipeline.teacher import stage_teacher
 
     manifest = stage_teacher(_run(args), args.rebuild)
     print(f"teacher: {manifest['rows']} positions, {manifest['bytes_per_token']} bytes/token")
 
 
 def cmd_train(args):
-    from mlpmem.pipeline import stage_train
+    from mlpmem.pipeline.train import stage_train
 
     state = stage_train(_run(args), args.rebuild)
     print(f"trained {state['step']} steps in {state['train_seconds']:.0f} s; history: "
@@ -63,22 +63,26 @@ def cmd_train(args):
 
 
 def _print_results(run, results):
-    from mlpmem.report import distribution_table, results_table, retrieval_table
+    from mlpmem.reporting.run_report import (
+        distribution_table,
+        results_table,
+        retrieval_table,
+    )
 
     print(retrieval_table(run), results_table(results), distribution_table(results), sep="\n\n")
     print(f"\nreport: {run.path('report.md')}")
 
 
 def cmd_eval(args):
-    from mlpmem.evaluate import stage_eval
+    from mlpmem.pipeline.evaluate import stage_eval
 
     run = _run(args)
     _print_results(run, stage_eval(run))
 
 
 def cmd_report(args):
-    from mlpmem.report import write_run_report
-    from mlpmem.shards import read_json
+    from mlpmem.reporting.run_report import write_run_report
+    from mlpmem.utils.shards import read_json
 
     run = _run(args)
     results = read_json(run.path("results.json"), "run results (run `mlpmem eval` first)")
@@ -94,16 +98,16 @@ def cmd_run(args):
 
 
 def cmd_ablate(args):
-    from mlpmem.ablation import run_study, study_table
+    from mlpmem.experiments.ablation import run_study, study_table
 
     print(study_table(args.study, run_study(_run(args), args.study)))
 
 
 def cmd_summarize(args):
-    from mlpmem.report import summary_table
-
-    from pathlib import Path
     import shutil
+    from pathlib import Path
+
+    from mlpmem.reporting.run_report import summary_table
 
     table = summary_table(args.runs)
     print(table)
@@ -115,8 +119,8 @@ def cmd_summarize(args):
             dest = Path(args.copy_reports) / run_dir.name
             dest.mkdir(parents=True, exist_ok=True)
             if not (run_dir / "report.md").exists():  # a retrieval-only run: its kNN-LM sweep
-                from mlpmem.report import sweep_table
-                from mlpmem.shards import read_json
+                from mlpmem.reporting.run_report import sweep_table
+                from mlpmem.utils.shards import read_json
 
                 knn = read_json(run_dir / "knnlm" / "results.json", "knnlm results")
                 (dest / "knnlm-sweep.md").write_text(f"# kNN-LM sweep on validation, `{run_dir}`\n\n"
@@ -137,38 +141,38 @@ def cmd_demo(args):
 
 
 def cmd_mosaics_train(args):
-    from mlpmem.mosaics.cli import cmd_mosaics_train as run
+    from mlpmem.experiments.mosaics.cli import cmd_mosaics_train as run
 
     run(args)
 
 
 def cmd_mosaics_eval(args):
-    from mlpmem.mosaics.cli import cmd_mosaics_eval as run
+    from mlpmem.experiments.mosaics.cli import cmd_mosaics_eval as run
 
     run(args)
 
 
 def cmd_mosaics_memory(args):
-    from mlpmem.mosaics.cli import cmd_mosaics_memory as run
+    from mlpmem.experiments.mosaics.cli import cmd_mosaics_memory as run
 
     run(args)
 
 
 def cmd_mosaics_recall(args):
-    from mlpmem.mosaics.cli import cmd_mosaics_recall as run
+    from mlpmem.experiments.mosaics.cli import cmd_mosaics_recall as run
 
     run(args)
 
 
 def cmd_generate(args):
-    from mlpmem.evaluate import load_memory
-    from mlpmem.mixed import MemoryAugmentedLM
+    from mlpmem.inference.augmented_lm import MemoryAugmentedLM
+    from mlpmem.pipeline.evaluate import load_memory
 
     run = _run(args)
     model, tokenizer = run.backbone
     lam = args.lam
     if lam is None:
-        from mlpmem.shards import read_json
+        from mlpmem.utils.shards import read_json
 
         lam = read_json(run.path("results.json"), "run results (run `mlpmem eval` first)")["lambda"]
     mixed = MemoryAugmentedLM(model, load_memory(run), lam=lam, tokenizer=tokenizer)
@@ -179,31 +183,31 @@ def cmd_generate(args):
 
 
 def cmd_bench_infer(args):
-    from mlpmem.bench.cli import bench_infer
+    from mlpmem.experiments.bench.cli import bench_infer
 
     bench_infer(args)
 
 
 def cmd_bench_offline(args):
-    from mlpmem.bench.cli import bench_offline
+    from mlpmem.experiments.bench.cli import bench_offline
 
     bench_offline(args)
 
 
 def cmd_eval_qa(args):
-    from mlpmem.qa.cli import cmd_eval_qa as run
+    from mlpmem.experiments.qa.cli import cmd_eval_qa as run
 
     run(args)
 
 
 def cmd_qa_report(args):
-    from mlpmem.qa.cli import cmd_qa_report as run
+    from mlpmem.experiments.qa.cli import cmd_qa_report as run
 
     run(args)
 
 
 def cmd_bench_scale(args):
-    from mlpmem.scalebench import main_from_args
+    from mlpmem.experiments.bench.scale import main_from_args
 
     main_from_args(args)
 
@@ -253,14 +257,14 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--lam", type=float, default=None, help="memory weight (default: the λ chosen on validation)")
     gen.add_argument("--max-new-tokens", type=int, default=40)
     gen.add_argument("--sample", action="store_true", help="nucleus sampling instead of greedy decoding")
-    from mlpmem.ablation import ALL_STUDIES
+    from mlpmem.experiments.ablation import ALL_STUDIES
 
     sub.choices["ablate"].add_argument("--study", required=True, choices=ALL_STUDIES)
     summ = sub.choices["summarize"]
     summ.add_argument("runs", nargs="+", help="run folders")
     summ.add_argument("--out", help="also write the table to this Markdown file")
     summ.add_argument("--copy-reports", metavar="DIR", help="copy each run's report.md and figures to DIR/<run>/")
-    from mlpmem.mosaics.cli import add_arguments as add_mosaics_arguments
+    from mlpmem.experiments.mosaics.cli import add_arguments as add_mosaics_arguments
 
     for name in ("mosaics-train", "mosaics-eval", "mosaics-memory"):
         add_mosaics_arguments(sub.choices[name])
@@ -270,16 +274,16 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     demo.add_argument("--rebuild", action="store_true")
     demo.add_argument("--quiet", action="store_true")
-    from mlpmem.scalebench import add_arguments
+    from mlpmem.experiments.bench.scale import add_arguments
 
     add_arguments(sub.choices["bench-scale"])
     prep = sub.choices["prepare-corpus"]
     prep.add_argument("name")
     prep.add_argument("--seed", type=int, default=0)
-    from mlpmem.qa.cli import add_arguments as add_qa_arguments
+    from mlpmem.experiments.qa.cli import add_arguments as add_qa_arguments
 
     add_qa_arguments(sub.choices)
-    from mlpmem.bench.cli import add_arguments as add_bench_arguments
+    from mlpmem.experiments.bench.cli import add_arguments as add_bench_arguments
 
     add_bench_arguments(sub.choices)
     return parser

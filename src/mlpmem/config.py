@@ -1,110 +1,147 @@
-"""Typed, validated configuration for every stage, loaded from YAML presets (``configs/*.yaml``).
+"""The one configuration loader: typed dataclasses, checked against their type hints, read from YAML.
 
-Each stage has a dataclass whose ``__post_init__`` rejects bad values with a one-line error;
-:class:`PipelineConfig` nests them. YAML files are parsed with ``yaml.safe_load`` and unknown keys
-are errors (a typo never silently falls back to a default).
+Every configuration of the project (the pipeline's sections, the QA suite, the benchmarks, the Memory
+Mosaics experiment) is a dataclass deriving from :class:`Config`. Construction checks every field
+against its type hint (``int`` stays an int, ``Literal[...]`` options are enforced, a YAML ``1e-3``, which
+YAML 1.1 reads as a string, becomes the float it means) and then runs the class's own ``validate()``. A
+wrong value is a one-line :class:`~mlpmem.errors.ConfigError` naming the key.
+
+YAML files are parsed with ``yaml.safe_load``; unknown keys are errors (a typo never silently falls back to
+a default), and keys that moved name their new place (``Config.moved``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
+import types
 import typing
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar, Literal
 
 import yaml
 
-from mlpmem.backbone import DEFAULT_BACKBONE, SITES, check_precision
-from mlpmem.baselines.knnlm import KnnLMConfig
 from mlpmem.errors import ConfigError
-from mlpmem.index import IndexConfig
-from mlpmem.teacher import TeacherConfig
-from mlpmem.train import TrainConfig
+
+_FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 
-@dataclass
-class BackboneConfig:
-    name: str = DEFAULT_BACKBONE
-    """Shipped name (``smollm2-135m``), hub name or local folder of a causal LM."""
-    layer: int | float = -1
-    """Key layer: an index (negative from the end) or a depth fraction in (0, 1]."""
-    site: str = "ffn_input"
-    """``ffn_input`` (input of the layer's feed-forward block) or ``residual`` (block output)."""
-    precision: str = "fp32"
-    """Compute precision of the datastore and evaluation passes: ``fp32`` or ``bf16`` (autocast, ~2x faster)."""
+def _type_name(hint) -> str:
+    if typing.get_origin(hint) is Literal:
+        return " or ".join(repr(a) for a in typing.get_args(hint))
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+
+
+def check_value(value: Any, hint, where: str) -> Any:
+    """``value`` converted to ``hint`` where that is lossless (int -> float, '1e-3' -> float), else an error."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        errors = []
+        for option in sorted(args, key=lambda a: a is float):  # an int stays an int when int is an option
+            try:
+                return check_value(value, option, where)
+            except ConfigError as exc:
+                errors.append(exc)
+        raise ConfigError(f"{where} must be {' or '.join(_type_name(a) for a in args)}, got {value!r}")
+    if origin is Literal:
+        if value in args and not (isinstance(value, bool) and not any(isinstance(a, bool) for a in args)):
+            return value
+        raise ConfigError(f"{where} must be one of {list(args)}, got {value!r}")
+    if hint is type(None):
+        if value is None:
+            return None
+    elif dataclasses.is_dataclass(hint):
+        if isinstance(value, hint):
+            return value
+        if isinstance(value, dict):
+            return from_dict(hint, value, where)
+    elif origin in (list, tuple) or hint in (list, tuple):
+        if isinstance(value, (list, tuple)):
+            if origin is tuple and args and args[-1] is not Ellipsis:
+                if len(args) != len(value):
+                    raise ConfigError(f"{where} must have {len(args)} items, got {len(value)}")
+                items = [check_value(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args))]
+            else:
+                item = args[0] if args else Any
+                items = [check_value(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+            return tuple(items) if (origin or hint) is tuple else items
+    elif origin is dict or hint is dict:
+        if isinstance(value, dict):
+            kh, vh = args or (Any, Any)
+            return {check_value(k, kh, f"{where} key"): check_value(v, vh, f"{where}.{k}") for k, v in value.items()}
+    elif hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str) and _FLOAT.match(value.strip()):
+            return float(value)
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+    elif isinstance(hint, type):
+        if isinstance(value, hint):
+            return value
+    else:
+        return value  # a hint we do not check (e.g. a callable)
+    raise ConfigError(f"{where} must be {_type_name(hint)}, got {value!r}")
+
+
+@dataclasses.dataclass
+class Config:
+    """Base of every configuration dataclass: type-checked fields, then ``validate()``."""
+
+    moved: ClassVar[dict[str, str]] = {}
+    """Old key -> where it lives now (``{"num_layers": "memory.num_layers"}``): an old YAML gets a clear error."""
 
     def __post_init__(self):
-        check_precision(self.precision)
-        if self.site not in SITES:
-            raise ConfigError(f"backbone.site must be one of {SITES}, got {self.site!r}")
-        if isinstance(self.layer, float) and not 0 < self.layer <= 1:
-            raise ConfigError(f"backbone.layer as a fraction must be in (0, 1], got {self.layer}")
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            if f.name in hints:
+                setattr(self, f.name, check_value(getattr(self, f.name), hints[f.name], self._where(f.name)))
+        self.validate()
 
+    def _where(self, name: str) -> str:
+        return f"{getattr(self, '_section', '') or type(self).__name__}.{name}"
 
-@dataclass
-class CorpusConfig:
-    name: str | None = "shakespeare-by-play"
-    """A shipped corpus (see ``mlpmem corpora``), or null when ``path`` is given."""
-    options: dict = field(default_factory=dict)
-    """Keyword options of the shipped corpus's prepare function (e.g. ``{n_articles: 16}``)."""
-    path: str | None = None
-    """A prepared folder (train/validation/test.jsonl) or raw text/JSONL file or folder, split by document."""
-    validation_fraction: float = 0.1
-    test_fraction: float = 0.1
-    block_size: int = 512
-    stride: int = 256
-    max_tokens: dict[str, int] = field(default_factory=dict)
-    """Optional cap per split (``{train: 50000}``) for quick runs: documents are taken in order, the last cut."""
-
-    def __post_init__(self):
-        if (self.name is None) == (self.path is None):
-            raise ConfigError("corpus needs exactly one of name (a shipped corpus) or path")
-        if not 0 < self.stride <= self.block_size:
-            raise ConfigError(f"corpus.stride must be in (0, block_size], got {self.stride}/{self.block_size}")
-        if not 0 <= self.validation_fraction < 1 or not 0 <= self.test_fraction < 1:
-            raise ConfigError("corpus validation/test fractions must be in [0, 1)")
-        bad = set(self.max_tokens) - {"train", "validation", "test"}
-        if bad or any(v < 2 for v in self.max_tokens.values()):
-            raise ConfigError("corpus.max_tokens takes train/validation/test caps >= 2")
-
-
-@dataclass
-class DatastoreConfig:
-    batch_size: int = 4
-    batches_per_shard: int = 16
-
-    def __post_init__(self):
-        if self.batch_size < 1 or self.batches_per_shard < 1:
-            raise ConfigError("datastore batch_size and batches_per_shard must be >= 1")
-
-
-@dataclass
-class PipelineConfig:
-    run_dir: str = "runs/default"
-    seed: int = 0
-    backbone: BackboneConfig = field(default_factory=BackboneConfig)
-    corpus: CorpusConfig = field(default_factory=CorpusConfig)
-    datastore: DatastoreConfig = field(default_factory=DatastoreConfig)
-    teacher: TeacherConfig = field(default_factory=TeacherConfig)
-    teacher_temperature_from_knnlm: bool = True
-    """Build the teacher with the kNN-LM temperature chosen on validation instead of ``teacher.temperature``."""
-    knnlm: KnnLMConfig = field(default_factory=KnnLMConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
+    def validate(self) -> None:
+        """Cross-field checks of a subclass (one-line :class:`ConfigError`)."""
 
     @classmethod
-    def from_yaml(cls, path: str | Path, overrides: list[str] | None = None) -> "PipelineConfig":
-        try:
-            raw = yaml.safe_load(Path(path).read_text()) or {}
-        except FileNotFoundError:
-            raise ConfigError(f"config file {path} not found") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    def from_dict(cls, raw: dict, where: str = ""):
+        return from_dict(cls, raw, where)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, overrides: list[str] | None = None):
+        """Read ``path`` (YAML), apply dotted ``key.sub=value`` overrides, build and check the config."""
+        raw = read_yaml(path)
         for item in overrides or []:
             apply_override(raw, item)
         return from_dict(cls, raw)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def read_yaml(path: str | Path) -> dict:
+    """A YAML mapping from ``path``; a missing file, bad YAML, an empty file or a non-mapping are errors."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except (FileNotFoundError, IsADirectoryError):
+        raise ConfigError(f"config file {path} not found") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if raw is None:
+        raise ConfigError(f"config file {path} is empty")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of sections, got {type(raw).__name__}")
+    return raw
 
 
 def apply_override(raw: dict, item: str) -> None:
@@ -115,26 +152,39 @@ def apply_override(raw: dict, item: str) -> None:
     node = raw
     *parents, leaf = key.split(".")
     for part in parents:
-        node = node.setdefault(part, {})
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {item!r}: {part} is a value, not a section")
+        node = child
     node[leaf] = yaml.safe_load(value)
 
 
 def from_dict(cls, raw: dict, where: str = ""):
     """Build dataclass ``cls`` from a dict, recursing into nested dataclasses; unknown keys are errors."""
+    section = where or "root"
     if not isinstance(raw, dict):
-        raise ConfigError(f"config section {where or 'root'} must be a mapping")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
+        raise ConfigError(f"config section {section} must be a mapping, got {raw!r}")
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    moved = getattr(cls, "moved", {})
+    for key in raw:
+        if key in moved and key not in names:
+            raise ConfigError(f"config key {where + '.' if where else ''}{key} moved to {moved[key]}")
     unknown = set(raw) - names
     if unknown:
-        raise ConfigError(f"unknown config key(s) {sorted(unknown)} in {where or 'root'} ({cls.__name__})")
+        raise ConfigError(f"unknown config key(s) {sorted(unknown)} in {section} ({cls.__name__})")
+    hints = typing.get_type_hints(cls)
     kwargs = {}
     for name, value in raw.items():
+        key = f"{where}.{name}".lstrip(".")
         hint = hints[name]
-        if dataclasses.is_dataclass(hint) and isinstance(value, dict):
-            value = from_dict(hint, value, f"{where}.{name}".lstrip("."))
-        kwargs[name] = value
+        if dataclasses.is_dataclass(hint):
+            kwargs[name] = check_value(value, hint, key)
+        else:
+            kwargs[name] = value
     try:
-        return cls(**kwargs)
+        obj = cls.__new__(cls)
+        object.__setattr__(obj, "_section", where)
+        obj.__init__(**kwargs)
+        return obj
     except TypeError as exc:
-        raise ConfigError(f"bad config for {where or 'root'}: {exc}") from None
+        raise ConfigError(f"bad config for {section}: {exc}") from None

@@ -18,13 +18,36 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from mlpmem.backbone import (KeyHook, autocast, base_model, check_fingerprint, check_precision, extract_keys,
-                             fingerprint, output_logits, resolve_layer)
-from mlpmem.corpus import Window, corpus_hash, document_lengths, make_windows, release_pages
-from mlpmem.distributed import (Dist, current, done_indices, finish_build, merge_records, my_slice, open_build,
-                                write_record)
+from mlpmem.backbone import (
+    KeyHook,
+    autocast,
+    base_model,
+    check_fingerprint,
+    check_precision,
+    extract_keys,
+    fingerprint,
+    output_logits,
+    resolve_layer,
+)
+from mlpmem.corpora.documents import (
+    Window,
+    corpus_hash,
+    document_lengths,
+    make_windows,
+    release_pages,
+)
 from mlpmem.errors import ConfigError, CorruptArtifact, MlpmemError
-from mlpmem.shards import MANIFEST, ShardedRows, load_array, read_json, save_array
+from mlpmem.utils.distributed import (
+    Dist,
+    current,
+    done_indices,
+    finish_build,
+    merge_records,
+    my_slice,
+    open_build,
+    write_record,
+)
+from mlpmem.utils.shards import MANIFEST, ShardedRows, load_array, read_json, save_array
 
 FORMAT = "mlpmem.keystore/1"
 

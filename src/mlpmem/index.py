@@ -29,15 +29,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mlpmem.config import Config
 from mlpmem.errors import ConfigError, CorruptArtifact
-from mlpmem.shards import read_json, sha256_file, write_json, writing
+from mlpmem.utils.shards import read_json, sha256_file, write_json, writing
 
 KINDS = ("auto", "exact", "ivf_flat", "ivf_pq")
 SEARCH_PRECISIONS = ("fp32", "bf16")
 
 
 @dataclass
-class IndexConfig:
+class IndexConfig(Config):
     kind: str = "auto"
     """``exact``, ``ivf_flat``, ``ivf_pq``, or ``auto`` (exact up to ``exact_max`` keys, else IVF-PQ)."""
     exact_max: int = 2_000_000
@@ -51,7 +52,7 @@ class IndexConfig:
     precision: str = "fp32"
     """Exact search only: ``bf16`` scans in bf16 and re-ranks the candidates in fp32 (module docstring)."""
 
-    def __post_init__(self):
+    def validate(self) -> None:
         if self.kind not in KINDS:
             raise ConfigError(f"index kind must be one of {KINDS}, got {self.kind!r}")
         if self.precision not in SEARCH_PRECISIONS:
@@ -76,18 +77,6 @@ class IndexConfig:
         if self.nlist:
             return self.nlist
         return int(min(4096, 2 ** round(math.log2(max(4 * math.sqrt(num_keys), 1)))))
-
-
-def set_threads(n: int | None = None) -> int:
-    """Use the cores of this process in torch and FAISS (or ``n``, or ``MLPMEM_THREADS``): all of them, or an
-    equal share when ``torchrun``/``accelerate launch`` started several processes here (``LOCAL_WORLD_SIZE``)."""
-    import faiss
-
-    n = n or int(os.environ.get("MLPMEM_THREADS", "0"))  # an explicit cap, e.g. on a shared machine
-    n = n or max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    torch.set_num_threads(n)
-    faiss.omp_set_num_threads(n)
-    return n
 
 
 def _check_finite(keys: np.ndarray, where: str) -> None:

@@ -20,18 +20,35 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from mlpmem.config import Config
 from mlpmem.datastore import KeyStore
-from mlpmem.distributed import (Dist, current, done_indices, finish_build, merge_records, my_slice, open_build,
-                                write_record)
 from mlpmem.errors import ConfigError, CorruptArtifact, FingerprintMismatch
 from mlpmem.index import IndexConfig, open_or_build
-from mlpmem.shards import MANIFEST, ShardedRows, load_array, read_json, release, save_array, sha256_file
+from mlpmem.utils.distributed import (
+    Dist,
+    current,
+    done_indices,
+    finish_build,
+    merge_records,
+    my_slice,
+    open_build,
+    write_record,
+)
+from mlpmem.utils.shards import (
+    MANIFEST,
+    ShardedRows,
+    load_array,
+    read_json,
+    release,
+    save_array,
+    sha256_file,
+)
 
 FORMAT = "mlpmem.teacher/1"
 
 
 @dataclass
-class TeacherConfig:
+class TeacherConfig(Config):
     k: int = 1024
     """Neighbours per query (after excluding the query itself)."""
     temperature: float = 3.0
@@ -41,7 +58,7 @@ class TeacherConfig:
     query_batch: int = 512
     index: IndexConfig = field(default_factory=IndexConfig)
 
-    def __post_init__(self):
+    def validate(self) -> None:
         if isinstance(self.index, dict):
             self.index = IndexConfig(**self.index)
         if self.k < 1 or self.top_k < 1 or self.query_batch < 1:
@@ -133,7 +150,7 @@ def build_teacher(datastore_dir: str | Path, out_dir: str | Path, cfg: TeacherCo
     a contiguous slice of the pending shards against the shared index (a FAISS index is built once, saved
     under ``out_dir/index`` and reopened memory-mapped by every process) and process 0 merges the records.
     """
-    from mlpmem.index import set_threads
+    from mlpmem.utils.runtime import set_threads
 
     dist = dist or current()
     set_threads()

@@ -16,11 +16,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from mlpmem.config import Config
 from mlpmem.errors import ConfigError
 
 
 @dataclass
-class FinetuneConfig:
+class FinetuneConfig(Config):
     epochs: int = 2
     lr: float = 5e-5
     batch_size: int = 8
@@ -29,7 +30,7 @@ class FinetuneConfig:
     warmup_fraction: float = 0.05
     seed: int = 0
 
-    def __post_init__(self):
+    def validate(self) -> None:
         if self.epochs < 1 or self.batch_size < 1 or self.block_size < 2:
             raise ConfigError("finetune epochs and batch_size must be >= 1, block_size >= 2")
         if not self.lr > 0 or not 0 <= self.warmup_fraction < 1:
@@ -57,7 +58,7 @@ def count_trainable(model) -> int:
 
 def finetune_causal_lm(model, tokenizer, docs, cfg: FinetuneConfig, progress: bool = True) -> dict:
     """Train ``model``'s trainable parameters on ``docs`` (strings or ``{"text"}``) with the causal-LM loss."""
-    from mlpmem.corpus import Document, tokenize_documents
+    from mlpmem.corpora.documents import Document, tokenize_documents
 
     torch.manual_seed(cfg.seed)
     texts = [d["text"] if isinstance(d, dict) else d for d in docs]

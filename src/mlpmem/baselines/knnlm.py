@@ -1,114 +1,190 @@
-"""kNN-LM (Khandelwal et al., 2020): p = (1 − λ)·p_LM + λ·p_kNN, mixed after softmax in log space.
+"""kNN-LM as a decoder: at every decoding step, search the datastore and mix (for speed comparisons).
 
-Evaluation queries (validation/test keys) search the training datastore once for their ``k_max``
-nearest neighbours; the neighbour lists (distances, next tokens) are cached, so the sweep over k
-(a prefix of the list), T and λ needs no further search. Settings are chosen on validation and
-applied unchanged to test.
+:class:`KnnLMDecoder` mirrors :class:`~mlpmem.inference.augmented_lm.MemoryAugmentedLM`: a key hook in the backbone's own
+forward captures f(c_t) at the datastore's layer and site, and a forward hook on the backbone replaces
+``output.logits`` (B, T_keep, V) by
+
+    log((1 - lam) softmax(lm_logits) + lam p_kNN),   p_kNN(y) ∝ Σ_i 1[v_i = y] exp(−d_i / T)
+
+over the k nearest datastore keys of each kept position (``index.search`` on the CPU, the step's
+bottleneck), so the stock ``generate`` and hand-written decode loops both work.
+
+:class:`CombinedKeyStore` presents several read-only keystores of the same backbone, layer and site as
+one datastore (rows concatenated in order), and :func:`cached_index` trains an IVF-PQ index over it once
+and stores it (``faiss.write_index``) with a JSON record of its sources, so later runs load it in seconds.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
-from dataclasses import dataclass, field
+import contextlib
+import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+import torch.nn.functional as F
+from torch import nn
 
+from mlpmem.backbone import KeyHook, check_fingerprint
 from mlpmem.datastore import KeyStore
-from mlpmem.errors import ConfigError
-from mlpmem.eval.perplexity import perplexity
-from mlpmem.mixing import check_lambda, mix_log_probs
-from mlpmem.shards import save_array, write_json, read_json
+from mlpmem.errors import ConfigError, FingerprintMismatch, MlpmemError
+from mlpmem.index import FaissIndex, IndexConfig
+from mlpmem.inference.augmented_lm import BackboneWrapper, _keep_positions
+from mlpmem.inference.mixing import check_lambda, mix_log_probs
+from mlpmem.teacher import exclude_and_weight
+from mlpmem.utils.shards import (
+    MANIFEST,
+    ShardedRows,
+    read_json,
+    sha256_file,
+    write_json,
+)
 
 
-@dataclass
-class KnnLMConfig:
-    k_grid: list[int] = field(default_factory=lambda: [16, 64, 256, 1024])
-    temperature_grid: list[float] = field(default_factory=lambda: [1.0, 3.0, 10.0, 30.0])
-    lambda_grid: list[float] = field(default_factory=lambda: [0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5])
-    query_batch: int = 512
-    exact: bool = True
-    """Search evaluation queries exactly (brute force) even when the teacher uses an approximate index."""
+class CombinedKeyStore:
+    """Read-only keystores of one backbone/layer/site seen as one datastore: row ids run across them in order."""
 
-    def __post_init__(self):
-        if not self.k_grid or min(self.k_grid) < 1:
-            raise ConfigError("knnlm k_grid must hold integers >= 1")
-        if not self.temperature_grid or min(self.temperature_grid) <= 0:
-            raise ConfigError("knnlm temperature_grid must hold values > 0")
-        for lam in self.lambda_grid:
-            check_lambda(lam, "knnlm lambda")
+    def __init__(self, paths: list[str | Path], verify: bool = False):
+        if not paths:
+            raise ConfigError("CombinedKeyStore needs at least one keystore")
+        self.stores = [KeyStore(p, verify=verify) for p in paths]
+        first = self.stores[0]
+        for store in self.stores[1:]:
+            check_fingerprint(first.fingerprint, store.fingerprint, f"keystore {store.path}")
+            for key in ("layer", "site"):
+                if store.manifest[key] != first.manifest[key]:
+                    raise FingerprintMismatch(f"keystore {store.path} has {key}={store.manifest[key]}, "
+                                              f"{first.path} {first.manifest[key]}")
+        self.path = Path(first.path)  # for messages
+        self.offsets = np.cumsum([0] + [s.num_rows for s in self.stores])
 
     @property
-    def k_max(self) -> int:
-        return max(self.k_grid)
+    def num_rows(self) -> int:
+        return int(self.offsets[-1])
+
+    @property
+    def hidden_size(self) -> int:
+        return self.stores[0].hidden_size
+
+    @property
+    def fingerprint(self) -> dict:
+        return self.stores[0].fingerprint
+
+    @property
+    def layer(self) -> int:
+        return int(self.stores[0].manifest["layer"])
+
+    @property
+    def site(self) -> str:
+        return self.stores[0].manifest["site"]
+
+    def array(self, name: str) -> np.ndarray:
+        return np.concatenate([s.array(name) for s in self.stores])
+
+    def rows(self, name: str) -> ShardedRows:
+        """One field across every keystore as one lazily read array of rows (see KeyStore.rows)."""
+        return ShardedRows([shard[name] for store in self.stores for shard in store.shards])
+
+    def iter_shards(self, name: str):
+        for offset, store in zip(self.offsets, self.stores):
+            for start, shard in store.iter_shards(name):
+                yield int(offset) + start, shard
+
+    def sources(self) -> list[dict]:
+        """What identifies the combination: each keystore's path, rows and manifest sha256."""
+        return [{"path": str(s.path), "rows": s.num_rows, "manifest_sha256": sha256_file(s.path / MANIFEST)}
+                for s in self.stores]
 
 
-def search_neighbours(index, queries: KeyStore, k: int, out_dir: Path, batch: int = 512, progress=True):
-    """Neighbour lists of every query row: dists fp32 ``(n, k)``, datastore ids int64 ``(n, k)``; cached."""
-    out_dir = Path(out_dir)
-    meta = out_dir / "neighbours.json"
-    if meta.exists() and read_json(meta, "neighbours")["k"] >= k:
-        return np.load(out_dir / "dists.npy", mmap_mode="r")[:, :k], np.load(out_dir / "ids.npy", mmap_mode="r")[:, :k]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    keys = queries.array("keys")
-    dists, ids = np.empty((len(keys), k), np.float32), np.empty((len(keys), k), np.int64)
-    for b in tqdm(range(0, len(keys), batch), desc=f"kNN search {queries.path.name}", disable=not progress,
-                  dynamic_ncols=True):
-        dists[b : b + batch], ids[b : b + batch] = index.search(np.asarray(keys[b : b + batch], np.float32), k)
-    save_array(out_dir, "dists.npy", dists)
-    save_array(out_dir, "ids.npy", ids)
-    write_json(meta, {"k": k, "queries": str(queries.path), "rows": len(keys)})
-    return dists, ids
+def cached_index(store: CombinedKeyStore, cfg: IndexConfig, folder: str | Path, progress: bool = True) -> FaissIndex:
+    """An IVF-PQ (or IVF-flat) index over ``store``, trained once and cached in ``folder``.
+
+    The cache (``index.faiss`` + ``index.json``) is reused only if it was built from the same keystores
+    (manifest sha256s) with the same index settings; otherwise it is rebuilt and replaced atomically.
+    """
+    import faiss
+
+    folder = Path(folder)
+    kind = cfg.resolved_kind(store.num_rows)
+    if kind == "exact":
+        raise ConfigError("cached_index builds FAISS indexes: set index kind to ivf_pq or ivf_flat")
+    record = {"sources": store.sources(), "config": cfg.settings(), "kind": kind}
+    meta, path = folder / "index.json", folder / "index.faiss"
+    if meta.exists() and path.exists():
+        saved = read_json(meta, "cached index record")
+        if {k: saved.get(k) for k in record} == record:
+            index = faiss.read_index(str(path))
+            index.nprobe = saved["nprobe"]
+            return FaissIndex(index, store, rerank=cfg.rerank and kind == "ivf_pq")
+    folder.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    if progress:
+        print(f"building a {kind} index over {store.num_rows:,} keys (cached in {folder}) ...", flush=True)
+    built = FaissIndex.build(store, cfg, kind)
+    tmp = folder / ".index.faiss.tmp"
+    faiss.write_index(built.index, str(tmp))
+    tmp.rename(path)
+    write_json(meta, {**record, "nprobe": int(built.index.nprobe), "ntotal": int(built.index.ntotal),
+                      "nlist": int(built.index.nlist), "build_seconds": time.perf_counter() - t0})
+    return built
 
 
-def knn_target_logprob(dists: torch.Tensor, neighbour_tokens: torch.Tensor, targets: torch.Tensor, k: int,
-                       temperature: float) -> torch.Tensor:
-    """log p_kNN(target) for each query from its first k neighbours; −inf where no neighbour has it."""
-    logw = torch.log_softmax(-dists[:, :k] / temperature, dim=1)  # (n, k)
-    hit = neighbour_tokens[:, :k] == targets[:, None]
-    return torch.logsumexp(logw.masked_fill(~hit, -torch.inf), dim=1)  # (n,)
+def knn_log_probs(dists: np.ndarray, ids: np.ndarray, values: np.ndarray, temperature: float,
+                  vocab_size: int) -> torch.Tensor:
+    """log p_kNN (B, V) from the neighbours of B queries: softmax(−d/T) weights summed per next token."""
+    d, i = torch.from_numpy(dists).double(), torch.from_numpy(ids)  # (B, k)
+    weights = exclude_and_weight(d, i, None, i.shape[1], temperature)  # (B, k), −1 ids get 0
+    tokens = torch.from_numpy(values[np.clip(ids, 0, None)].astype(np.int64))  # (B, k)
+    p = torch.zeros(len(ids), vocab_size, dtype=torch.float64).scatter_add_(1, tokens, weights)  # (B, V)
+    return p.log().float()  # −inf for tokens no neighbour predicts
 
 
-@dataclass
-class EvalSplit:
-    """What the sweep needs of one evaluation split."""
+class KnnLMDecoder(BackboneWrapper):
+    """A frozen causal LM mixed with kNN-LM at every forward (``lam`` weight of p_kNN, k neighbours, T)."""
 
-    lm_logprob: torch.Tensor  # (n,)
-    dists: torch.Tensor  # (n, k_max)
-    neighbour_tokens: torch.Tensor  # (n, k_max)
-    targets: torch.Tensor  # (n,)
+    def __init__(self, backbone: nn.Module, index, values: np.ndarray, layer: int, site: str, k: int = 1024,
+                 temperature: float = 1.0, lam: float = 0.25):
+        super().__init__()
+        if k < 1 or not temperature > 0:
+            raise ConfigError("kNN-LM k must be >= 1 and temperature > 0")
+        self.backbone, self.index, self.values = backbone, index, values
+        self.layer, self.site, self.k, self.temperature = layer, site, k, float(temperature)
+        self.lam = check_lambda(lam, "lam")
+        self.vocab_size = int(backbone.get_output_embeddings().weight.shape[0])
+        self.search_seconds = 0.0  # accumulated time inside index.search (for the benchmark's breakdown)
+        self._key_hook: KeyHook | None = None
+        self._handle = None
 
-    @classmethod
-    def load(cls, queries: KeyStore, dists, ids, datastore_values: np.ndarray) -> "EvalSplit":
-        return cls(
-            lm_logprob=torch.from_numpy(queries.array("lm").astype(np.float64)),
-            dists=torch.from_numpy(np.asarray(dists, np.float64)),
-            neighbour_tokens=torch.from_numpy(datastore_values[np.clip(ids, 0, None)].astype(np.int64)),
-            targets=torch.from_numpy(queries.array("values").astype(np.int64)),
-        )
+    @contextlib.contextmanager
+    def active(self):
+        """Install the key and mixing hooks on the backbone for the duration."""
+        if self._key_hook is not None:
+            raise MlpmemError("KnnLMDecoder.active() is not re-entrant")
+        self._key_hook = KeyHook(self.backbone, self.layer, self.site).__enter__()
+        self._handle = self.backbone.register_forward_hook(self._mix_hook, with_kwargs=True)
+        try:
+            yield self
+        finally:
+            self._handle.remove()
+            self._key_hook.__exit__(None, None, None)
+            self._key_hook = self._handle = None
 
-    def ppl(self, k: int, temperature: float, lam: float) -> float:
-        if lam == 0.0:
-            return perplexity(self.lm_logprob)
-        lp_knn = knn_target_logprob(self.dists, self.neighbour_tokens, self.targets, k, temperature)
-        return perplexity(mix_log_probs(self.lm_logprob, lp_knn, lam))
+    def _mix_hook(self, module, args, kwargs, output):
+        keys, self._key_hook.keys = self._key_hook.keys, None
+        if keys is None:
+            raise MlpmemError(f"no key was captured at layer {self.layer} ({self.site})")
+        lm_logits = output.logits  # (B, T_keep, V)
+        output.logits = self.mix(lm_logits, _keep_positions(keys, lm_logits, kwargs.get("logits_to_keep")))
+        return output
 
-
-def sweep(split: EvalSplit, cfg: KnnLMConfig) -> list[dict]:
-    """Perplexity for every (k, T, λ) of the grid."""
-    rows = []
-    for k, temp in itertools.product(cfg.k_grid, cfg.temperature_grid):
-        lp_knn = knn_target_logprob(split.dists, split.neighbour_tokens, split.targets, k, temp)
-        for lam in cfg.lambda_grid:
-            mixed = split.lm_logprob if lam == 0 else mix_log_probs(split.lm_logprob, lp_knn, lam)
-            rows.append({"k": k, "temperature": temp, "lambda": lam, "ppl": perplexity(mixed)})
-    return rows
-
-
-def best(rows: list[dict]) -> dict:
-    """The lowest-perplexity setting; ties go to the smaller λ (closer to the backbone)."""
-    finite = [r for r in rows if math.isfinite(r["ppl"])]
-    return min(finite, key=lambda r: (r["ppl"], r["lambda"]))
+    def mix(self, lm_logits: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """log((1 − lam) p_LM + lam p_kNN) for logits (B, T, V) and keys (B, T, d)."""
+        logp_lm = F.log_softmax(lm_logits.float(), dim=-1)  # (B, T, V)
+        if self.lam == 0.0:
+            return logp_lm
+        queries = keys.reshape(-1, keys.shape[-1]).float().cpu().numpy()  # (B*T, d)
+        t0 = time.perf_counter()
+        dists, ids = self.index.search(queries, self.k)  # (B*T, k) each
+        self.search_seconds += time.perf_counter() - t0
+        logp_knn = knn_log_probs(dists, ids, self.values, self.temperature, self.vocab_size)  # (B*T, V)
+        return mix_log_probs(logp_lm, logp_knn.view_as(logp_lm).to(logp_lm.device), self.lam)

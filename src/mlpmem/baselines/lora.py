@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from torch import nn
 
 from mlpmem.baselines.cpt import FinetuneConfig, finetune_causal_lm
+from mlpmem.config import Config
 from mlpmem.errors import ConfigError
 
 TARGETS = {
@@ -23,7 +24,7 @@ TARGETS = {
 
 
 @dataclass
-class LoRAConfig:
+class LoRAConfig(Config):
     finetune: FinetuneConfig = field(default_factory=lambda: FinetuneConfig(lr=3e-4))
     alpha_over_rank: float = 2.0
     """lora_alpha = alpha_over_rank * r (so the update's scale does not change with r)."""
@@ -31,7 +32,7 @@ class LoRAConfig:
     target_modules: list[str] | None = None
     """Module names to adapt; default: attention + MLP projections of the backbone's family."""
 
-    def __post_init__(self):
+    def validate(self) -> None:
         if self.alpha_over_rank <= 0 or not 0 <= self.dropout < 1:
             raise ConfigError("lora alpha_over_rank must be > 0 and dropout in [0, 1)")
 

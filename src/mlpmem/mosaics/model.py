@@ -18,7 +18,11 @@ from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 from mlpmem.mosaics.block import MosaicsBlock
 from mlpmem.mosaics.config import MosaicsConfig
-from mlpmem.mosaics.memory_layers import AssociativeMemory, long_term_mask, short_term_mask
+from mlpmem.mosaics.memory_layers import (
+    AssociativeMemory,
+    long_term_mask,
+    short_term_mask,
+)
 
 
 def document_ids_from(input_ids, document_ids=None, attention_mask=None) -> torch.Tensor:

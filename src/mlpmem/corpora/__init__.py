@@ -1,0 +1,1 @@
+"""Corpora: documents from text/JSONL, the shipped corpora, memory-mapped token streams."""

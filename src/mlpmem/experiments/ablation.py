@@ -1,0 +1,188 @@
+"""Ablations of the memory's design choices, each scored by validation perplexity.
+
+Training studies (``head-init``, ``alpha``, ``size``, ``epochs``): each variant is the run's config with
+some ``train.*`` values overridden, trained on the run's own datastore and teacher into
+``run_dir/ablations/<study>/<variant>/``.
+
+Retrieval studies (``layer``: the key layer's depth; ``teacher``: the teacher's k and temperature)
+change what the memory is distilled from, so each variant gets its own sub-run
+``run_dir/ablations/<study>/<variant>/`` with its own datastore (train + validation keystores, for a
+new layer) and its own teacher; what a variant shares with the main run (same layer: the keystores;
+same layer, k and T: the teacher) is read from the main run's folders, not rebuilt. The teacher temperature is the main run's (chosen by its kNN-LM sweep) unless
+the variant sets it.
+
+Every variant is scored by its last-epoch validation perplexities (memory alone, and memory + backbone
+at the best λ of the training config's grid). One table (Markdown) and one bar chart (PNG) per study.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from mlpmem.errors import ConfigError
+from mlpmem.utils.shards import write_json
+
+STUDIES = {
+    "head-init": {
+        "tied head, backbone init": {"tie_head": True, "init": "backbone"},
+        "tied head, random init": {"tie_head": True, "init": "random"},
+        "untied head, backbone init": {"tie_head": False, "init": "backbone"},
+        "untied head, random init": {"tie_head": False, "init": "random"},
+    },
+    "alpha": {f"alpha={a}": {"alpha": a} for a in (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)},
+    "size": {p: {"preset": p} for p in ("tiny", "small", "base")},
+    "epochs": {f"{e} epoch(s)": {"epochs": e} for e in (1, 2, 4)},
+}
+RETRIEVAL_STUDIES = {
+    "layer": {f"layer={f}": {"layer": f} for f in (0.3, 0.6, 0.8, 1.0)},
+    "teacher": {"k=16": {"k": 16}, "k=256": {"k": 256}, "k=1024": {"k": 1024},
+                "k=1024, T=1": {"k": 1024, "temperature": 1.0}, "k=1024, T=10": {"k": 1024, "temperature": 10.0}},
+}
+ALL_STUDIES = sorted([*STUDIES, *RETRIEVAL_STUDIES])
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "=.-" else "_" for c in name)
+
+
+def run_study(run, study: str, progress: bool = True) -> list[dict]:
+    """Train every variant of ``study`` and return one row per variant (also written to disk)."""
+    from mlpmem.pipeline.run import Run
+    from mlpmem.pipeline.train import stage_train
+
+    if study not in ALL_STUDIES:
+        raise ConfigError(f"unknown ablation study {study!r}; choose one of {ALL_STUDIES}")
+    rows = []
+    base = run.path("ablations", study)
+    if study in RETRIEVAL_STUDIES:
+        for name, overrides in RETRIEVAL_STUDIES[study].items():
+            state = train_retrieval_variant(run, base / _slug(name), overrides)
+            rows.append(_row(name, overrides, state))
+    for name, overrides in STUDIES.get(study, {}).items():
+        cfg = dataclasses.replace(run.cfg, train=dataclasses.replace(run.cfg.train, **overrides))
+        variant = Run.__new__(Run)  # same run folder and loaded backbone, other train config
+        variant.__dict__.update(run.__dict__, cfg=cfg)
+        state = stage_train(variant, out=base / _slug(name))
+        rows.append(_row(name, overrides, state))
+    write_json(base / "results.json", {"study": study, "config": config_record(run.cfg), "rows": rows})
+    (base / "results.md").write_text(study_table(study, rows) + "\n")
+    plot_study(study, rows, base / "results.png")
+    return rows
+
+
+def config_record(cfg) -> dict:
+    """The pipeline configuration as stored next to a study's results (JSON types), to tell whether they
+    belong to the configuration at hand."""
+    import json
+
+    return json.loads(json.dumps(cfg.to_dict(), default=str))
+
+
+def _row(name: str, overrides: dict, state: dict) -> dict:
+    last = state["history"][-1]
+    return {"variant": name, **overrides, "memory_ppl": last["memory_ppl"], "joint_ppl": last["joint_ppl"],
+            "best_lambda": last["best_lambda"], "backbone_ppl": last["backbone_ppl"],
+            "train_seconds": state["train_seconds"], "trainable_parameters": state["memory_trainable_parameters"]}
+
+
+def variant_run(run, cfg, folder, shared: set[str]):
+    """A run in ``folder`` whose ``shared`` top-level folders (datastore, eval, teacher) are the main run's."""
+    from mlpmem.pipeline.run import Run
+
+    class VariantRun(Run):
+        def path(self, *parts: str):
+            if parts and parts[0] in self.shared:
+                return self.main.path(*parts)
+            return super().path(*parts)
+
+    variant = VariantRun.__new__(VariantRun)
+    variant.__dict__.update(run.__dict__, cfg=cfg, dir=folder, main=run, shared=set(shared))
+    return variant
+
+
+def variant_config(run, folder, overrides: dict):
+    """The main run's config with a new key layer and/or teacher k / T, running in ``folder``."""
+    from mlpmem.pipeline.teacher import teacher_config
+
+    teacher = teacher_config(run)  # T as chosen by the main run's kNN-LM sweep
+    teacher = dataclasses.replace(teacher, **{k: v for k, v in overrides.items() if k in ("k", "temperature")})
+    backbone = run.cfg.backbone
+    if "layer" in overrides:
+        backbone = dataclasses.replace(backbone, layer=overrides["layer"])
+    return dataclasses.replace(run.cfg, run_dir=str(folder), backbone=backbone, teacher=teacher,
+                               teacher_temperature_from_knnlm=False)
+
+
+def train_retrieval_variant(run, folder, overrides: dict) -> dict:
+    """Keystores (linked if the layer is the main run's), a new teacher, then the memory, all in ``folder``."""
+    import yaml
+
+    from mlpmem.backbone import resolve_layer
+    from mlpmem.pipeline.teacher import stage_teacher, teacher_config
+    from mlpmem.pipeline.train import stage_train
+
+    cfg = variant_config(run, folder, overrides)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    model = run.backbone[0]
+    shared = set()
+    if resolve_layer(model, cfg.backbone.layer) == resolve_layer(model, run.cfg.backbone.layer):
+        shared |= {"datastore", "eval"}
+        if cfg.teacher == teacher_config(run) and run.path("teacher").exists():
+            shared.add("teacher")  # the main run's teacher, unchanged
+    variant = variant_run(run, cfg, folder, shared)
+    if "datastore" not in shared:
+        build_variant_keystores(variant)
+    if "teacher" not in shared:
+        stage_teacher(variant)
+    return stage_train(variant)
+
+
+def build_variant_keystores(variant) -> None:
+    """Training keys and validation keys + LM log-probs at the variant's layer (test is not needed)."""
+    from mlpmem.datastore import build_keystore
+    from mlpmem.pipeline.corpus import split_tokens
+    from mlpmem.utils.runtime import set_threads
+
+    set_threads()
+    cfg, (model, tokenizer) = variant.cfg, variant.backbone
+    for split, folder, with_lm in (("train", "datastore", False), ("validation", "eval/validation", True)):
+        build_keystore(model, tokenizer, split_tokens(variant, split), variant.path(folder),
+                       layer=cfg.backbone.layer, site=cfg.backbone.site, block_size=cfg.corpus.block_size,
+                       stride=cfg.corpus.stride, batch_size=cfg.datastore.batch_size,
+                       batches_per_shard=cfg.datastore.batches_per_shard, with_lm=with_lm,
+                       progress=variant.progress, desc=f"keys {split} ({folder})")
+
+
+def study_table(study: str, rows: list[dict]) -> str:
+    lines = [f"| {study} variant | validation PPL memory alone | validation PPL memory + backbone (λ) "
+             "| trainable params | train s |", "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['variant']} | {r['memory_ppl']:.3f} | {r['joint_ppl']:.3f} ({r['best_lambda']}) | "
+                     f"{r['trainable_parameters']:,} | {r['train_seconds']:.0f} |")
+    lines.append(f"\nBackbone validation PPL: {rows[0]['backbone_ppl']:.3f}.")
+    return "\n".join(lines)
+
+
+def plot_study(study: str, rows: list[dict], path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.4), dpi=120)
+    x = range(len(rows))
+    ax.bar([i - 0.2 for i in x], [r["joint_ppl"] for r in rows], 0.4, label="memory + backbone")
+    ax.axhline(rows[0]["backbone_ppl"], color="gray", ls=":", label="backbone")
+    ax.set_xticks(list(x), [r["variant"] for r in rows], rotation=20, ha="right", fontsize=7)
+    ax2 = ax.twinx()
+    ax2.bar([i + 0.2 for i in x], [r["memory_ppl"] for r in rows], 0.4, color="tab:orange", label="memory alone")
+    ax.set_ylabel("validation PPL, mixed")
+    ax2.set_ylabel("validation PPL, memory alone")
+    lo = min(r["joint_ppl"] for r in rows)
+    ax.set_ylim(lo * 0.97, rows[0]["backbone_ppl"] * 1.02)
+    fig.legend(fontsize=7, loc="upper right")
+    ax.set_title(f"Ablation: {study}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

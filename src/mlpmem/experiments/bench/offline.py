@@ -1,0 +1,375 @@
+"""``mlpmem bench-offline``: speed of the offline stages on a capped slice of a run's corpus, in one process.
+
+Measured side by side (``repeats`` interleaved repetitions after a warm-up, median [min-max]):
+
+1. **Key extraction vs plain forward** on the same windows: the backbone's full forward (fp32, and at the
+   run's precision) against the key pass of the datastore stage (:func:`~mlpmem.datastore.encode_windows`,
+   which stops after the key layer), in input tokens/s.
+2. **Stages of the pipeline itself** on the capped corpus, in a bench run folder (``out_dir``):
+   ``stage_datastore`` (keys of the training split: scored tokens/s, I/O included), ``stage_teacher``
+   (kNN search + sparse top-K targets) and memory training (:func:`~mlpmem.training.loop.train_memory` for
+   ``train_steps`` steps at the run's batch size and precision). Ratio teacher / key-extraction seconds.
+3. **Matmul peak**: a plain ``torch.mm`` of ``peak_size``² matrices in fp32 and bf16 on the same threads;
+   training reaches ``FLOPs/token × tokens/s`` where FLOPs/token of one training step (forward + backward)
+   are counted by ``torch.utils.flop_counter.FlopCounterMode``; fraction of the peak of its precision.
+4. **Teacher bytes per token**: from its manifest (6·K + 4) and the bytes on disk.
+5. **Teacher search at full size**: the slice hides that exact search grows with N² (N queries × N keys).
+   Over the full run's own datastore, ``teacher_queries`` seeded queries are searched (k + 1 neighbours,
+   then the sparse targets) with the exact fp32 scan and with the bf16 scan re-ranked in fp32
+   (:class:`~mlpmem.index.ExactIndex`), interleaved; seconds per query × N gives each teacher's time at full
+   size, divided by the key extraction time at full size (N / the slice's key-extraction tokens/s). The
+   agreement of the two teachers: neighbour recall and the total-variation distance of the target rows.
+
+The recorded stage timings of the full run (``<run_dir>/timings.json``, read-only) are shown next to them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mlpmem.config import Config
+from mlpmem.errors import ConfigError, CorruptArtifact
+from mlpmem.experiments.bench.common import (
+    markdown_table,
+    summarize,
+    threads,
+    write_text,
+)
+
+
+@dataclass
+class OfflineBenchConfig(Config):
+    train_tokens: int = 24_000
+    """Cap of the training split (keys, teacher and training run on it)."""
+    eval_tokens: int = 2_048
+    """Cap of the validation/test splits (the datastore stage encodes them too)."""
+    forward_windows: int = 4
+    """Windows of the training split timed for plain forward vs key pass (batches of the datastore's size)."""
+    train_steps: int = 30
+    repeats: int = 3
+    warmup: int = 1
+    peak_size: int = 2048
+    teacher_queries: int = 2048
+    """Queries of the full-size teacher search comparison (0 skips it)."""
+    threads: int | None = None
+    out_dir: str = "runs/bench/offline"
+
+    def validate(self) -> None:
+        if min(self.train_tokens, self.eval_tokens) < 2 or self.forward_windows < 1 or self.train_steps < 2:
+            raise ConfigError("bench-offline needs train/eval_tokens >= 2, forward_windows >= 1, train_steps >= 2")
+        if self.repeats < 1 or self.warmup < 0 or self.peak_size < 64:
+            raise ConfigError("bench-offline repeats >= 1, warmup >= 0 and peak_size >= 64 needed")
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. Key pass vs plain forward
+
+
+@torch.no_grad()
+def forward_vs_keys(run, cfg: OfflineBenchConfig) -> dict:
+    """Input tokens/s of the plain forward (fp32 and run precision) and of the datastore's key pass."""
+    from mlpmem.backbone import autocast
+    from mlpmem.corpora.documents import document_lengths, make_windows
+    from mlpmem.datastore import encode_windows, pad_windows
+    from mlpmem.pipeline.corpus import split_tokens
+
+    model, _ = run.backbone
+    rc = run.cfg
+    docs = split_tokens(run, "train")
+    windows = make_windows(document_lengths(docs), rc.corpus.block_size, rc.corpus.stride)[: cfg.forward_windows]
+    size = rc.datastore.batch_size
+    batches = [windows[i : i + size] for i in range(0, len(windows), size)]
+    tokens = sum(w.end - w.start for w in windows)
+    precision = rc.backbone.precision
+
+    def plain(prec):
+        def go():
+            for batch in batches:
+                ids, mask = pad_windows(docs, batch)
+                with autocast(model, prec):
+                    model(input_ids=ids, attention_mask=mask, use_cache=False)
+        return go
+
+    def keys():
+        for batch in batches:
+            encode_windows(model, docs, batch, rc.backbone.layer, rc.backbone.site, False, precision)
+
+    variants = {"plain forward fp32": plain("fp32"), f"plain forward {precision}": plain(precision),
+                f"key pass {precision} (layer {rc.backbone.layer}, {rc.backbone.site})": keys}
+    return {"input_tokens": tokens, "windows": len(windows), "tokens_per_s": _interleave(variants, cfg, tokens)}
+
+
+def _interleave(fns: dict, cfg: OfflineBenchConfig, work: float) -> dict:
+    """Run each function ``warmup + repeats`` times in rotating order; ``work / seconds`` per function."""
+    names = list(fns)
+    samples = {n: [] for n in names}
+    for rep in range(cfg.warmup + cfg.repeats):
+        order = names[rep % len(names):] + names[: rep % len(names)]
+        for name in order:
+            t0 = time.perf_counter()
+            fns[name]()
+            if rep >= cfg.warmup:
+                samples[name].append(work / (time.perf_counter() - t0))
+    return {n: summarize(v) for n, v in samples.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# 2.-3. Pipeline stages, FLOPs and peak
+
+
+def matmul_peak(size: int, cfg: OfflineBenchConfig) -> dict:
+    """FLOP/s of a plain (size x size) @ (size x size) matmul in fp32 and bf16."""
+    out = {}
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+        out[name] = _interleave({name: lambda: torch.mm(a, b)}, cfg, 2.0 * size**3)[name]
+    return out
+
+
+def train_flops_per_token(memory, data, train_cfg) -> float:
+    """Matmul FLOPs of one training step (forward + backward) per token, counted by FlopCounterMode."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from mlpmem.backbone import autocast
+    from mlpmem.training.loss import sparse_hybrid_loss
+
+    n = min(train_cfg.batch_size, len(data.targets))
+    batch = data.batch(np.arange(n))
+    counter = FlopCounterMode(display=False)
+    with counter:
+        with autocast(memory, train_cfg.precision):
+            logits = memory(batch["keys"])  # (B, V)
+        loss, _ = sparse_hybrid_loss(logits, batch["teacher_ids"], batch["teacher_probs"], batch["teacher_residual"],
+                                     batch["targets"], train_cfg.alpha, train_cfg.loss_chunk)
+        loss.backward()
+    memory.zero_grad(set_to_none=True)
+    return counter.get_total_flops() / n
+
+
+def stages(run, cfg: OfflineBenchConfig) -> dict:
+    """The pipeline's datastore, teacher and a capped training run on the sliced corpus, timed."""
+    from mlpmem.datastore import KeyStore
+    from mlpmem.pipeline.datastore import stage_datastore
+    from mlpmem.pipeline.teacher import stage_teacher
+    from mlpmem.pipeline.train import build_memory, eval_data
+    from mlpmem.teacher import TeacherStore
+    from mlpmem.training.loop import TrainData, train_memory
+
+    for folder in ("datastore", "eval", "teacher", "train-bench", "timings.json"):  # measure, never reuse
+        path = run.path(folder)
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+    keys = stage_datastore(run)["train"]  # {"tokens", "seconds"} of the training split's keys
+    t0 = time.perf_counter()
+    stage_teacher(run)
+    timings = {"keys_train": {**keys, "tokens_per_s": keys["tokens"] / keys["seconds"]},
+               "teacher": {"tokens": keys["tokens"], "seconds": time.perf_counter() - t0}}
+    timings["teacher"]["tokens_per_s"] = keys["tokens"] / timings["teacher"]["seconds"]
+    store = KeyStore(run.path("datastore"))
+    teacher = TeacherStore(run.path("teacher"), datastore=store)
+    data = TrainData(store.array("keys"), store.array("values"), teacher.array("ids"), teacher.array("probs"),
+                     teacher.array("residual"))
+    train_cfg = run.cfg.train
+    memory = build_memory(run)
+    flops = train_flops_per_token(memory, data, train_cfg)
+    steps = min(cfg.train_steps, len(data.targets) // train_cfg.batch_size - 1)  # stop before the epoch's eval
+    if steps < 2:
+        raise ConfigError(f"train_tokens={cfg.train_tokens} gives fewer than 3 batches of {train_cfg.batch_size}")
+    state = train_memory(memory, data, eval_data(run, "validation"), train_cfg, run.path("train-bench"),
+                         progress=run.progress, stop_after=steps)
+    disk = sum(f.stat().st_size for f in run.path("teacher").glob("*.npy"))
+    return {"timings": timings, "train": {"steps": state["step"], "batch_size": train_cfg.batch_size,
+                                          "seconds": state["train_seconds"], "tokens_per_s": state["tokens_per_s"],
+                                          "precision": train_cfg.precision, "flops_per_token": flops},
+            "teacher": {"bytes_per_token": teacher.manifest["bytes_per_token"], "disk_bytes_per_token":
+                        disk / teacher.num_rows, "rows": teacher.num_rows, "k": run.cfg.teacher.k,
+                        "top_k": run.cfg.teacher.top_k, "index": vars(run.cfg.teacher.index)}}
+
+
+def full_teacher_search(source_dir: str, teacher_cfg, cfg: OfflineBenchConfig, keys_tokens_per_s: float) -> dict | None:
+    """Section 5: teacher search variants over the full run's datastore (None if it is not built)."""
+    from mlpmem.datastore import KeyStore
+    from mlpmem.teacher import knn_sparse
+
+    folder = Path(source_dir) / "datastore"
+    if cfg.teacher_queries < 1 or not (folder / "manifest.json").exists():
+        return None
+    store = KeyStore(folder)
+    values = store.array("values")
+    n = store.num_rows
+    rows = np.sort(np.random.default_rng(0).choice(n, min(cfg.teacher_queries, n), replace=False))
+    queries = np.asarray(store.rows("keys")[rows], dtype=np.float32)
+    k, batch = teacher_cfg.k, teacher_cfg.query_batch
+    out = {}
+
+    def teacher(index, name, nprobe=None):
+        def go():
+            if nprobe is not None:
+                index.index.nprobe = nprobe
+            parts = []
+            for b in range(0, len(rows), batch):
+                d, i = index.search(queries[b : b + batch], k + 1)
+                parts.append((i, knn_sparse(d, i, values, rows[b : b + batch], k, teacher_cfg.temperature,
+                                            teacher_cfg.top_k)))
+            out[name] = parts
+        return go
+
+    fns = _search_variants(store, teacher_cfg.index, Path(source_dir), teacher)
+    per_s = _interleave(fns, cfg, len(rows))  # queries/s
+    key_seconds = n / keys_tokens_per_s
+    result = {"keys": n, "queries": len(rows), "k": k, "key_extraction_seconds_full": key_seconds, "variants": {}}
+    for name, q in per_s.items():
+        seconds = n / q["median"]
+        result["variants"][name] = {"queries_per_s": q, "seconds_full": seconds, "over_keys": seconds / key_seconds,
+                                    **_agreement(out["exact fp32"], out[name])}
+    return result
+
+
+def _search_variants(store, index_cfg, source_dir: Path, teacher) -> dict:
+    """Exact fp32 (the reference), exact bf16 + fp32 re-rank, and the run's own IVF index (reopened from the
+    run's teacher folder, else built in memory) at its nprobe and at a quarter of it."""
+    from mlpmem.index import ExactIndex, FaissIndex
+
+    keys = store.array("keys")
+    fns = {"exact fp32": teacher(ExactIndex(keys), "exact fp32"),
+           "exact bf16 + fp32 re-rank": teacher(ExactIndex(keys, precision="bf16"), "exact bf16 + fp32 re-rank")}
+    kind = index_cfg.resolved_kind(store.num_rows)
+    if kind == "exact":
+        return fns
+    try:
+        index = FaissIndex.open(source_dir / "teacher" / "index", store, {"kind": kind, "config": index_cfg.settings()})
+    except (CorruptArtifact, OSError):  # not saved (or stale): build it here, never written into the run's folder
+        index = FaissIndex.build(store, index_cfg, kind)
+    nprobe = index.index.nprobe
+    for probes in dict.fromkeys([nprobe, max(1, nprobe // 4)]):
+        name = f"run's {kind}, nprobe {probes}"
+        fns[name] = teacher(index, name, probes)
+    return fns
+
+
+def _agreement(reference: list, other: list) -> dict:
+    """Neighbour recall and the total-variation distance of the sparse teacher rows against ``reference``."""
+    recall, tv = [], []
+    for (i_ref, (t_ref, p_ref, _)), (i_oth, (t_oth, p_oth, _)) in zip(reference, other):
+        recall += [len(set(a) & set(b)) / len(a) for a, b in zip(i_ref.tolist(), i_oth.tolist())]
+        for ids_a, pa, ids_b, pb in zip(t_ref.tolist(), p_ref.tolist(), t_oth.tolist(), p_oth.tolist()):
+            da, db = dict(zip(ids_a, pa)), dict(zip(ids_b, pb))
+            tv.append(0.5 * sum(abs(da.get(t, 0.0) - db.get(t, 0.0)) for t in (set(da) | set(db)) - {-1}))
+    return {"neighbour_recall": float(np.mean(recall)), "target_tv_mean": float(np.mean(tv)),
+            "target_tv_max": float(np.max(tv))}
+
+
+# ---------------------------------------------------------------------------------------------
+# The benchmark
+
+
+def bench_run(config_path: str, cfg: OfflineBenchConfig, progress: bool = True):
+    """A Run on the config's corpus capped to the bench slice, in ``cfg.out_dir``."""
+    from mlpmem.pipeline.config import PipelineConfig
+    from mlpmem.pipeline.run import Run
+
+    rc = PipelineConfig.from_yaml(config_path)
+    source_dir = rc.run_dir
+    if Path(cfg.out_dir).resolve() == Path(source_dir).resolve():
+        raise ConfigError(f"bench-offline rebuilds its folder: out_dir must not be the run's own {source_dir}")
+    caps = {"train": cfg.train_tokens, "validation": cfg.eval_tokens, "test": cfg.eval_tokens}
+    rc = dataclasses.replace(rc, run_dir=cfg.out_dir, corpus=dataclasses.replace(rc.corpus, max_tokens=caps),
+                             teacher_temperature_from_knnlm=False)
+    return Run(rc, progress=progress), source_dir
+
+
+def run_bench(config_path: str, cfg: OfflineBenchConfig, progress: bool = True) -> dict:
+    n_threads = threads(cfg.threads)
+    run, source_dir = bench_run(config_path, cfg, progress)
+    peak = matmul_peak(cfg.peak_size, cfg)
+    fwd = forward_vs_keys(run, cfg)
+    st = stages(run, cfg)
+    tr = st["train"]
+    achieved = tr["flops_per_token"] * tr["tokens_per_s"]
+    peak_key = "bf16" if tr["precision"] == "bf16" else "fp32"
+    full = Path(source_dir) / "timings.json"
+    search = full_teacher_search(source_dir, run.cfg.teacher, cfg, st["timings"]["keys_train"]["tokens_per_s"])
+    return {"forward_vs_keys": fwd, "stages": st, "matmul_peak_flops": peak, "full_teacher_search": search,
+            "train_flops_per_s": achieved, "train_fraction_of_peak": achieved / peak[peak_key]["median"],
+            "train_fraction_of_peak_fp32": achieved / peak["fp32"]["median"],
+            "teacher_over_keys": st["timings"]["teacher"]["seconds"] / st["timings"]["keys_train"]["seconds"],
+            "full_run_timings": json.loads(full.read_text()) if full.exists() else None,
+            "full_run_dir": source_dir, "threads": n_threads, "config": asdict(cfg), "run_config": config_path}
+
+
+def report(r: dict) -> str:
+    fwd, st, tim = r["forward_vs_keys"], r["stages"], r["stages"]["timings"]
+    cfg = r["config"]
+    lines = [f"# Offline stages: speed on a capped slice ({cfg['train_tokens']:,} training tokens), "
+             f"{r['threads']} threads\n",
+             f"## Key pass vs plain forward ({fwd['windows']} windows, {fwd['input_tokens']:,} input tokens; "
+             f"median [min-max] of {cfg['repeats']})\n"]
+    tps = fwd["tokens_per_s"]
+    base = tps["plain forward fp32"]["median"]
+    lines += [markdown_table(["pass", "input tokens/s", "vs plain fp32"],
+                             [[n, f"{s['median']:.0f} [{s['min']:.0f}-{s['max']:.0f}]", f"{s['median'] / base:.2f}"]
+                              for n, s in tps.items()]), ""]
+    rows = [["key extraction (stage_datastore, train split)", tim["keys_train"]["tokens"],
+             f"{tim['keys_train']['seconds']:.1f}", f"{tim['keys_train']['tokens_per_s']:.0f}"],
+            ["teacher (stage_teacher)", tim["teacher"]["tokens"], f"{tim['teacher']['seconds']:.1f}",
+             f"{tim['teacher']['tokens_per_s']:.0f}"],
+            [f"memory training ({st['train']['steps']} steps x {st['train']['batch_size']}, "
+             f"{st['train']['precision']})", st["train"]["steps"] * st["train"]["batch_size"], f"{st['train']['seconds']:.1f}",
+             f"{st['train']['tokens_per_s']:.0f}"]]
+    lines += ["## Pipeline stages on the slice\n",
+              markdown_table(["stage", "tokens", "seconds", "tokens/s"], rows), "",
+              f"Teacher / key-extraction time: **{r['teacher_over_keys']:.2f}** (target ≤ 1).", ""]
+    peak = r["matmul_peak_flops"]
+    lines += ["## Training against the measured matmul peak\n",
+              f"Plain {cfg['peak_size']}² matmul: fp32 {peak['fp32']['median'] / 1e9:.1f} GFLOP/s, bf16 "
+              f"{peak['bf16']['median'] / 1e9:.1f} GFLOP/s. Training: {st['train']['flops_per_token'] / 1e6:.1f} "
+              f"MFLOP/token (FlopCounterMode, forward + backward) x {st['train']['tokens_per_s']:.0f} tokens/s = "
+              f"{r['train_flops_per_s'] / 1e9:.1f} GFLOP/s = **{100 * r['train_fraction_of_peak']:.0f} %** of the "
+              f"{st['train']['precision']} peak ({100 * r['train_fraction_of_peak_fp32']:.0f} % of the fp32 peak; "
+              f"target ≥ 40 %).", ""]
+    t = st["teacher"]
+    lines += [f"Teacher: **{t['bytes_per_token']} B/token** by its manifest (top-{t['top_k']}: 6·K + 4), "
+              f"{t['disk_bytes_per_token']:.0f} B/token on disk with .npy headers (target ≤ 400 B).", ""]
+    search = r.get("full_teacher_search")
+    if search:
+        lines += [f"## Teacher search at full size ({search['keys']:,} keys, k = {search['k']}, "
+                  f"{search['queries']:,} seeded queries; median [min-max] of {cfg['repeats']})\n",
+                  markdown_table(["search", "queries/s", "teacher s at full size", "/ key extraction at full size",
+                                  "neighbour recall vs exact", "target TV vs exact (mean / max)"],
+                                 [[name, f"{v['queries_per_s']['median']:.0f} [{v['queries_per_s']['min']:.0f}-"
+                                         f"{v['queries_per_s']['max']:.0f}]", f"{v['seconds_full']:.0f}",
+                                   f"**{v['over_keys']:.2f}**", f"{v['neighbour_recall']:.4f}",
+                                   f"{v['target_tv_mean']:.4f} / {v['target_tv_max']:.4f}"]
+                                  for name, v in search["variants"].items()]), "",
+                  f"Key extraction at full size: {search['key_extraction_seconds_full']:.0f} s at the slice's "
+                  f"key-extraction rate.", ""]
+    full = r.get("full_run_timings")
+    if full and "teacher" in full and "keys_train" in full:
+        lines += [f"## Full run, recorded by the pipeline (`{r['full_run_dir']}/timings.json`)\n",
+                  markdown_table(["stage", "tokens", "seconds", "tokens/s"],
+                                 [[k, v.get("tokens", v.get("queries", "")), f"{v['seconds']:.0f}",
+                                   f"{v['tokens_per_s']:.0f}" if "tokens_per_s" in v else ""]
+                                  for k, v in full.items()]), "",
+                  f"Teacher / key extraction (training split): "
+                  f"{full['teacher']['seconds'] / full['keys_train']['seconds']:.2f}.", ""]
+    return "\n".join(lines)
+
+
+def main(config_path: str, cfg: OfflineBenchConfig, progress: bool = True) -> dict:
+    t0 = time.perf_counter()
+    results = run_bench(config_path, cfg, progress)
+    results["seconds_total"] = time.perf_counter() - t0
+    out = Path(cfg.out_dir)
+    write_text(out / "bench-results.json", json.dumps(results, indent=1, default=str))
+    text = report(results)
+    write_text(out / "bench-report.md", text)
+    print(text)
+    print(f"results: {out / 'bench-results.json'}")
+    return results

@@ -1,0 +1,1 @@
+"""The Memory Mosaics v2 experiment: data, training, the three questions, the report."""

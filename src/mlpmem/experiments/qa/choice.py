@@ -1,0 +1,75 @@
+"""Multiple choice by log-likelihood, and by domain-conditional PMI (Holtzman et al., 2021).
+
+For a question q and a choice c (the tokens of ``" " + c`` after the prompt):
+
+  - log-likelihood:  score(c) = Σ_t log p(c_t | prompt(q), c_<t)
+  - domain-conditional PMI:  score(c) = log p(c | prompt(q)) − log p(c | domain premise)
+    with the premise ``"Answer:"`` — it removes the prior of a choice that is likely whatever the
+    question (short, frequent strings), as the MLP Memory paper does for its nine tasks.
+
+The prediction is the choice with the highest score; accuracy in percent. ``model`` is any causal LM
+whose forward returns ``logits`` (the backbone, a fine-tuned copy, or a memory-augmented model, whose
+"logits" are mixed log-probabilities — log_softmax leaves them unchanged).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from mlpmem.inference.prompts import qa_prompt
+
+DOMAIN_PREMISE = "Answer:"
+
+
+@torch.no_grad()
+def continuation_logprobs(model, tokenizer, pairs: list[tuple[str, str]], batch_size: int = 16,
+                          progress: bool = False) -> list[float]:
+    """Σ log p(continuation | context) for each (context, continuation) pair (right padding, one forward a batch)."""
+    out = []
+    for start in tqdm(range(0, len(pairs), batch_size), desc="score choices", disable=not progress):
+        chunk = pairs[start : start + batch_size]
+        rows, spans = [], []
+        for context, continuation in chunk:
+            ctx = tokenizer(context, add_special_tokens=False)["input_ids"]
+            cont = tokenizer(continuation, add_special_tokens=False)["input_ids"]
+            rows.append(ctx + cont)
+            spans.append((len(ctx), len(ctx) + len(cont)))
+        width = max(len(r) for r in rows)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        mask = torch.zeros(len(rows), width, dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = torch.tensor(r)
+            mask[i, : len(r)] = 1
+        logp = F.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float(), dim=-1)  # (B, T, V)
+        for i, (lo, hi) in enumerate(spans):
+            targets = ids[i, lo:hi]  # (n,)
+            out.append(logp[i, lo - 1 : hi - 1].gather(1, targets[:, None]).sum().item())
+    return out
+
+
+def choice_prompt(question: str) -> str:
+    return qa_prompt(question)
+
+
+def score_multiple_choice(model, tokenizer, items: list[dict], batch_size: int = 16, progress: bool = False) -> dict:
+    """Accuracy (percent) by log-likelihood and by domain-conditional PMI over ``[{"question","choices","label"}]``."""
+    pairs, premise_pairs = [], []
+    for item in items:
+        for choice in item["choices"]:
+            pairs.append((choice_prompt(item["question"]), " " + choice))
+            premise_pairs.append((DOMAIN_PREMISE, " " + choice))
+    ll = continuation_logprobs(model, tokenizer, pairs, batch_size, progress)
+    prior = continuation_logprobs(model, tokenizer, premise_pairs, batch_size, progress)
+    correct = {"ll": 0, "pmi": 0}
+    at = 0
+    for item in items:
+        k = len(item["choices"])
+        s_ll = ll[at : at + k]
+        s_pmi = [a - b for a, b in zip(s_ll, prior[at : at + k])]
+        correct["ll"] += int(max(range(k), key=s_ll.__getitem__) == item["label"])
+        correct["pmi"] += int(max(range(k), key=s_pmi.__getitem__) == item["label"])
+        at += k
+    n = max(1, len(items))
+    return {"acc_ll": 100 * correct["ll"] / n, "acc_pmi": 100 * correct["pmi"] / n, "n": len(items)}

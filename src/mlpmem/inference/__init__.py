@@ -1,0 +1,1 @@
+"""Inference without a datastore: mixing after softmax, the memory-augmented LM, perplexity."""

@@ -1,0 +1,46 @@
+"""Stage 2, the datastore: keys and next tokens of the training split, evaluation keystores with the backbone's log-probs."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from mlpmem.config import Config
+from mlpmem.errors import ConfigError
+from mlpmem.pipeline.corpus import split_tokens
+from mlpmem.pipeline.run import Run
+
+
+@dataclass
+class DatastoreConfig(Config):
+    batch_size: int = 4
+    batches_per_shard: int = 16
+
+    def validate(self) -> None:
+        if self.batch_size < 1 or self.batches_per_shard < 1:
+            raise ConfigError("datastore batch_size and batches_per_shard must be >= 1")
+
+
+def stage_datastore(run: Run, rebuild: bool = False) -> dict:
+    """Keys of the training split (truncated forward) and evaluation keystores with LM log-probs."""
+    from mlpmem.datastore import build_keystore
+    from mlpmem.utils.runtime import set_threads
+
+    set_threads()
+    cfg, (model, tokenizer) = run.cfg, run.backbone
+    summary = {}
+    for split, folder, with_lm in (("train", "datastore", False), ("validation", "eval/validation", True),
+                                   ("test", "eval/test", True)):
+        tokens = split_tokens(run, split)
+        t0 = time.perf_counter()
+        manifest = build_keystore(
+            model, tokenizer, tokens, run.path(folder), layer=cfg.backbone.layer, site=cfg.backbone.site,
+            block_size=cfg.corpus.block_size, stride=cfg.corpus.stride, batch_size=cfg.datastore.batch_size,
+            batches_per_shard=cfg.datastore.batches_per_shard, with_lm=with_lm, precision=cfg.backbone.precision,
+            rebuild=rebuild, progress=run.progress, desc=f"keys {split}")
+        seconds = time.perf_counter() - t0
+        summary[split] = {"tokens": manifest["rows"], "seconds": seconds}
+        if seconds > 1:  # a reused, complete keystore is not a measurement
+            run.record_timing(f"keys_{split}", tokens=manifest["rows"], seconds=seconds,
+                              tokens_per_s=manifest["rows"] / seconds, with_lm=with_lm)
+    return summary

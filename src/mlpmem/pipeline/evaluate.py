@@ -1,0 +1,120 @@
+"""Evaluation of a finished run: the test table, the λ curve, the distribution statistics, the report.
+
+Every number comes from the run folder: the evaluation keystores (keys, targets, backbone log-probs),
+the kNN-LM results, the trained memory and the stage timings. λ for memory + backbone is chosen on
+validation (lowest perplexity; ties to the smaller λ) and applied unchanged to test.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from mlpmem.inference.perplexity import best_lambda, lambda_curve, perplexity
+from mlpmem.utils.shards import read_json, write_json
+
+LAMBDAS = [round(0.05 * i, 2) for i in range(21)]
+MASS_FRACTIONS = (0.8, 0.99)
+
+
+def tokens_for_mass(probs: torch.Tensor, fraction: float) -> torch.Tensor:
+    """Per row, the number of most probable tokens whose mass reaches ``fraction``: (n, m) -> (n,)."""
+    p = torch.sort(probs, dim=1, descending=True).values
+    below = torch.cumsum(p, dim=1) < fraction - 1e-9
+    return below.sum(1) + 1
+
+
+def _directory_bytes(path) -> int:
+    return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+
+
+def load_memory(run):
+    from mlpmem.memory.model import MLPMemory
+
+    model, tokenizer = run.backbone
+    return MLPMemory.from_pretrained(run.path("memory"), backbone_model=model, backbone_tokenizer=tokenizer)
+
+
+@torch.no_grad()
+def distribution_stats(run, memory, num_positions: int = 1024) -> dict:
+    """Mean number of tokens holding 80 % / 99 % of the mass for the LM, the kNN teacher and the memory.
+
+    Measured on the first ``num_positions`` test positions (paper Tables 7-8).
+    """
+    from mlpmem.backbone import KeyHook
+    from mlpmem.corpora.documents import document_lengths, make_windows
+    from mlpmem.datastore import KeyStore, pad_windows
+    from mlpmem.pipeline.corpus import split_tokens
+    from mlpmem.teacher import aggregate_by_token, exclude_and_weight
+
+    cfg, (model, _) = run.cfg, run.backbone
+    docs = split_tokens(run, "test")
+    lm_rows, key_rows, n = [], [], 0
+    for w in make_windows(document_lengths(docs), cfg.corpus.block_size, cfg.corpus.stride):
+        ids, mask = pad_windows(docs, [w])
+        with KeyHook(model, cfg.backbone.layer, cfg.backbone.site) as hook:
+            logits = model(input_ids=ids, attention_mask=mask).logits[0]  # (T, V)
+        lm_rows.append(torch.softmax(logits[w.positions], -1))
+        key_rows.append(hook.keys[0, w.positions])
+        n += lm_rows[-1].shape[0]
+        if n >= num_positions:
+            break
+    p_lm = torch.cat(lm_rows)[:num_positions]  # (n, V)
+    p_mem = torch.softmax(memory(torch.cat(key_rows)[:num_positions]), -1)  # (n, V)
+    knn = read_json(run.path("knnlm", "results.json"), "knnlm results")["chosen"]
+    dists = np.load(run.path("knnlm", "test", "dists.npy"), mmap_mode="r")[:num_positions, : knn["k"]]
+    nbr = np.load(run.path("knnlm", "test", "ids.npy"), mmap_mode="r")[:num_positions, : knn["k"]]
+    values = KeyStore(run.path("datastore"), verify=False).array("values")
+    w = exclude_and_weight(torch.from_numpy(np.array(dists)), torch.from_numpy(np.array(nbr)), None, knn["k"],
+                           knn["temperature"])
+    _, p_knn = aggregate_by_token(torch.from_numpy(values[np.clip(nbr, 0, None)].astype(np.int64)), w, knn["k"])
+    return {name: {f"{int(f * 100)}%": tokens_for_mass(p, f).double().mean().item() for f in MASS_FRACTIONS}
+            for name, p in (("backbone", p_lm), ("kNN", p_knn), ("memory", p_mem))}
+
+
+def stage_eval(run, num_positions: int = 1024) -> dict:
+    """The test table of a run (and its PNG), written to ``run_dir/results.json`` and ``report.md``."""
+    from mlpmem.datastore import KeyStore
+    from mlpmem.pipeline.train import eval_data
+    from mlpmem.training.loop import memory_logprobs
+
+    memory = load_memory(run).eval()
+    knn = read_json(run.path("knnlm", "results.json"), "knnlm results")
+    splits = {}
+    for split in ("validation", "test"):
+        data = eval_data(run, split)
+        splits[split] = (data.lm_logprob, memory_logprobs(memory, data.keys, data.targets))
+    curve = lambda_curve(*splits["validation"], LAMBDAS)
+    lam = best_lambda(curve)
+    lm_test, mem_test = splits["test"]
+    store = KeyStore(run.path("datastore"), verify=False)
+    train = run.timings().get("train", {})
+    results = {
+        "lambda": lam,
+        "validation_curve": {str(k): v for k, v in curve.items()},
+        "test_curve": {str(k): v for k, v in lambda_curve(lm_test, mem_test, LAMBDAS).items()},
+        "test": {
+            "backbone": perplexity(lm_test),
+            "knnlm": knn["test"]["knnlm_ppl"],
+            "memory": perplexity(mem_test),
+            "memory+backbone": lambda_curve(lm_test, mem_test, [lam])[lam],
+            "tokens": int(len(lm_test)),
+        },
+        "knnlm_chosen": knn["chosen"],
+        "knnlm_validation_curve": {str(r["lambda"]): r["ppl"] for r in knn["sweep"]
+                                   if (r["k"], r["temperature"]) == (knn["chosen"]["k"], knn["chosen"]["temperature"])},
+        "memory_parameters": memory.num_parameters(),
+        "memory_trainable_parameters": memory.num_parameters(trainable_only=True),
+        "memory_bytes": _directory_bytes(run.path("memory")),
+        "memory_tied_head": memory.config.tie_head,
+        "datastore_bytes": _directory_bytes(store.path),
+        "datastore_tokens": store.num_rows,
+        "train_seconds": train.get("seconds"),
+        "train_tokens_per_s": train.get("tokens_per_s"),
+        "distribution": distribution_stats(run, memory, num_positions),
+    }
+    write_json(run.path("results.json"), results)
+    from mlpmem.reporting.run_report import write_run_report
+
+    write_run_report(run, results)
+    return results

@@ -1,0 +1,32 @@
+"""Stage 4, the teacher: sparse top-K kNN targets for every datastore position."""
+
+from __future__ import annotations
+
+import time
+
+from mlpmem.pipeline.run import Run
+from mlpmem.utils.shards import read_json
+
+
+def teacher_config(run: Run):
+    """The teacher configuration, with T taken from the kNN-LM sweep when so configured."""
+    import dataclasses
+
+    cfg = run.cfg.teacher
+    results = run.path("knnlm", "results.json")
+    if run.cfg.teacher_temperature_from_knnlm and results.exists():
+        cfg = dataclasses.replace(cfg, temperature=read_json(results, "knnlm results")["chosen"]["temperature"])
+    return cfg
+
+
+def stage_teacher(run: Run, rebuild: bool = False) -> dict:
+    from mlpmem.teacher import build_teacher
+
+    t0 = time.perf_counter()
+    manifest = build_teacher(run.path("datastore"), run.path("teacher"), teacher_config(run), rebuild=rebuild,
+                             progress=run.progress)
+    seconds = time.perf_counter() - t0
+    if seconds > 1:
+        run.record_timing("teacher", tokens=manifest["rows"], seconds=seconds, tokens_per_s=manifest["rows"] / seconds,
+                          bytes_per_token=manifest["bytes_per_token"])
+    return manifest

@@ -1,0 +1,77 @@
+"""Stage 5, the memory: trained on the datastore keys against the teacher."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from mlpmem.pipeline.run import Run
+
+
+def build_memory(run: Run):
+    """A fresh memory for this run's backbone, key layer/site and train config (init and head options)."""
+    import torch
+
+    from mlpmem.backbone import decoder_layers
+    from mlpmem.memory.model import (
+        MemoryConfig,
+        MLPMemory,
+        init_from_backbone,
+        tie_to_backbone,
+    )
+
+    cfg, (model, tokenizer) = run.cfg, run.backbone
+    overrides = {k: v for k, v in (("num_layers", cfg.train.num_layers),
+                                   ("intermediate_size", cfg.train.intermediate_size)) if v is not None}
+    torch.manual_seed(cfg.train.seed)
+    mcfg = MemoryConfig.from_backbone(model, cfg.train.preset, cfg.backbone.layer, cfg.backbone.site, tokenizer,
+                                      tie_head=cfg.train.tie_head, **overrides)
+    memory = MLPMemory(mcfg)
+    if cfg.train.init == "backbone":
+        # the blocks start as the backbone's MLPs just above the key layer (shifted down at the top)
+        init_from_backbone(memory, model, min(mcfg.key_layer + 1, len(decoder_layers(model)) - 1))
+    if cfg.train.tie_head:
+        tie_to_backbone(memory, model)
+    return memory
+
+
+def eval_data(run: Run, split: str):
+    from mlpmem.datastore import KeyStore
+    from mlpmem.training.loop import EvalData
+
+    store = KeyStore(run.path("eval", split))
+    return EvalData(store.array("keys"), store.array("values"), store.array("lm"))
+
+
+def stage_train(run: Run, rebuild: bool = False, out: Path | None = None) -> dict:
+    """Train the memory on the datastore keys and the sparse teacher; save it to ``out/memory``.
+
+    ``out`` defaults to the run folder (ablations train variants into sub-folders of it).
+    """
+    import shutil
+
+    from mlpmem.datastore import KeyStore
+    from mlpmem.teacher import TeacherStore
+    from mlpmem.training.loop import TrainData, train_memory
+    from mlpmem.utils.runtime import set_threads
+
+    set_threads()
+    out = run.path(os.path.relpath(out, run.dir)) if out is not None else run.dir  # never outside the run
+    if rebuild and run.is_main:
+        shutil.rmtree(out / "train", ignore_errors=True)
+    store = KeyStore(run.path("datastore"))
+    store.check_backbone(*run.backbone)
+    teacher = TeacherStore(run.path("teacher"), datastore=store)
+    # rows are read from the memory-mapped shards batch by batch: memory stays bounded for any datastore size
+    data = TrainData(store.rows("keys"), store.rows("values"), teacher.rows("ids"), teacher.rows("probs"),
+                     teacher.rows("residual"))
+    memory = build_memory(run)
+    state = train_memory(memory, data, eval_data(run, "validation"), run.cfg.train, out / "train", run.progress)
+    state["memory_parameters"] = memory.num_parameters()
+    state["memory_trainable_parameters"] = memory.num_parameters(trainable_only=True)
+    if run.is_main:
+        memory.save_pretrained(out / "memory")
+    if out == run.dir:
+        run.record_timing("train", tokens=len(data.targets) * run.cfg.train.epochs, seconds=state["train_seconds"],
+                          tokens_per_s=state["tokens_per_s"])
+    return state

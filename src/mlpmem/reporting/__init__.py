@@ -1,0 +1,1 @@
+"""Tables and figures of measured results (every number read from a run folder)."""

@@ -1,0 +1,187 @@
+"""Markdown tables of a run's measured results (every number read from the run folder)."""
+
+from __future__ import annotations
+
+from mlpmem.utils.shards import read_json
+
+
+def _fmt(x, digits=2):
+    return "—" if x is None else (f"{x:,.{digits}f}" if isinstance(x, float) else f"{x:,}")
+
+
+def knnlm_summary(results: dict) -> str:
+    c = results["chosen"]
+    return (f"kNN-LM chosen on validation: k={c['k']}, T={c['temperature']}, lambda={c['lambda']}\n"
+            f"test perplexity: backbone {results['test']['backbone_ppl']:.3f} -> kNN-LM "
+            f"{results['test']['knnlm_ppl']:.3f} ({results['test']['tokens']} tokens)")
+
+
+def retrieval_table(run) -> str:
+    """The retrieval-side measurements of one run as a Markdown table."""
+    t = run.timings()
+    knn = read_json(run.path("knnlm", "results.json"), "knnlm results")
+    teacher = read_json(run.path("teacher", "manifest.json"), "teacher manifest")
+    keys = t.get("keys_train", {})
+    teach = t.get("teacher", {})
+    ratio = teach["seconds"] / keys["seconds"] if teach and keys else None
+    tokens = {s: read_json(run.path(*p, "manifest.json"), s)["rows"]
+              for s, p in (("train", ("datastore",)), ("validation", ("eval", "validation")), ("test", ("eval", "test")))}
+    c = knn["chosen"]
+    rows = [
+        ("tokens train / validation / test", " / ".join(f"{tokens[s]:,}" for s in tokens)),
+        ("key extraction (truncated forward), tokens/s", _fmt(keys.get("tokens_per_s"), 0)),
+        ("teacher build, s (ratio to key extraction)", f"{_fmt(teach.get('seconds'), 0)} ({_fmt(ratio)})"),
+        ("teacher bytes per token", _fmt(teacher["bytes_per_token"])),
+        ("teacher k / T / top-K", f"{teacher['k']} / {teacher['temperature']} / {teacher['top_k']}"),
+        ("kNN-LM k / T / λ (chosen on validation)", f"{c['k']} / {c['temperature']} / {c['lambda']}"),
+        ("validation PPL backbone → kNN-LM",
+         f"{knn['validation']['backbone_ppl']:.3f} → {knn['validation']['knnlm_ppl']:.3f}"),
+        ("test PPL backbone → kNN-LM", f"{knn['test']['backbone_ppl']:.3f} → {knn['test']['knnlm_ppl']:.3f}"),
+    ]
+    lines = [f"Run `{run.dir}` (backbone {run.cfg.backbone.name}, layer {run.cfg.backbone.layer}, "
+             f"site {run.cfg.backbone.site}, corpus {run.cfg.corpus.name or run.cfg.corpus.path})", "",
+             "| measurement | value |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in rows]
+    return "\n".join(lines)
+
+
+def _mb(n) -> str:
+    return f"{n / 2**20:,.1f} MB"
+
+
+def _rel(x: float, ref: float) -> str:
+    return f"{100 * (x / ref - 1):+.1f} %"
+
+
+def results_table(results: dict) -> str:
+    """The test table of issue #3: backbone, kNN-LM, memory alone, memory + backbone."""
+    t, c = results["test"], results["knnlm_chosen"]
+    train_s = results.get("train_seconds")
+    mem_size = _mb(results["memory_bytes"]) + (" (+ backbone's tied head)" if results["memory_tied_head"] else "")
+    lines = [
+        "| method | test PPL | vs backbone | settings (chosen on validation) | inference needs besides the backbone "
+        "| training |",
+        "|---|---|---|---|---|---|",
+        f"| backbone | {t['backbone']:.3f} | — | — | — | — |",
+        f"| kNN-LM | {t['knnlm']:.3f} | {_rel(t['knnlm'], t['backbone'])} | k={c['k']}, T={c['temperature']}, λ={c['lambda']} | datastore "
+        f"{_mb(results['datastore_bytes'])} ({results['datastore_tokens']:,} keys) + search | — |",
+        f"| MLP Memory alone | {t['memory']:.3f} | {_rel(t['memory'], t['backbone'])} | λ=1 | {mem_size} | "
+        f"{results['memory_trainable_parameters']:,} trainable params |",
+        f"| MLP Memory + backbone | {t['memory+backbone']:.3f} | {_rel(t['memory+backbone'], t['backbone'])} "
+        f"| λ={results['lambda']} | {mem_size}, "
+        f"{results['memory_parameters']:,} params | {train_s:,.0f} s |" if train_s else
+        f"| MLP Memory + backbone | {t['memory+backbone']:.3f} | {_rel(t['memory+backbone'], t['backbone'])} "
+        f"| λ={results['lambda']} | {mem_size} | — |",
+    ]
+    lines.append(f"\nThe datastore is {results['datastore_bytes'] / results['memory_bytes']:.1f}× the memory's stored size; "
+                 f"memory + backbone is {_rel(t['memory+backbone'], t['knnlm'])} against kNN-LM.")
+    return "\n".join(lines)
+
+
+def distribution_table(results: dict) -> str:
+    d = results["distribution"]
+    lines = ["| distribution | tokens holding 80 % of the mass | tokens holding 99 % |", "|---|---|---|"]
+    lines += [f"| {name} | {v['80%']:.1f} | {v['99%']:.1f} |" for name, v in d.items()]
+    return "\n".join(lines)
+
+
+def plot_lambda(results: dict, path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=120)
+    for split, style in (("validation_curve", "o-"), ("test_curve", "s--")):
+        curve = results[split]
+        lams = [float(k) for k in curve]
+        ax.plot(lams, list(curve.values()), style, ms=3, label=f"memory + backbone ({split.split('_')[0]})")
+    knn_curve = results.get("knnlm_validation_curve", {})
+    if knn_curve:
+        c = results["knnlm_chosen"]
+        ax.plot([float(k) for k in knn_curve], list(knn_curve.values()), "^-", ms=3, color="tab:red", alpha=0.6,
+                label=f"kNN-LM k={c['k']}, T={c['temperature']} (validation)")
+    ax.axhline(results["test"]["backbone"], color="gray", lw=1, ls=":", label="backbone (test)")
+    ax.axhline(results["test"]["knnlm"], color="tab:red", lw=1, ls="-.", label="kNN-LM (test)")
+    ax.axvline(results["lambda"], color="k", lw=0.8, alpha=0.5)
+    ax.set_xlabel("λ (weight of the memory)")
+    ax.set_ylabel("perplexity")
+    top = max(results["test"]["backbone"], results["validation_curve"]["0.0"]) * 1.25
+    ax.set_ylim(min(min(results["test_curve"].values()), results["test"]["knnlm"]) * 0.95, top)
+    ax.legend(fontsize=7)
+    ax.set_title("Perplexity against λ", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def write_run_report(run, results: dict) -> None:
+    plot_lambda(results, run.path("lambda.png"))
+    text = "\n\n".join([
+        f"# mlpmem run `{run.dir}`",
+        retrieval_table(run),
+        "## kNN-LM sweep on validation (best λ per k and T)",
+        sweep_table(read_json(run.path("knnlm", "results.json"), "knnlm results")),
+        "## Test perplexity", results_table(results),
+        "![perplexity against lambda](lambda.png)",
+        "## Sharpness of the distributions (paper Tables 7-8)", distribution_table(results),
+    ])
+    run.path("report.md").write_text(text + "\n")
+
+
+def summary_row(run_dir) -> dict:
+    """The headline numbers of one finished run folder (read from its files only)."""
+    from pathlib import Path
+
+    run_dir = Path(run_dir)
+    timings = read_json(run_dir / "timings.json", "timings")
+    knn = read_json(run_dir / "knnlm" / "results.json", "knnlm results")
+    teacher_path = run_dir / "teacher" / "manifest.json"
+    teacher = read_json(teacher_path, "teacher manifest") if teacher_path.exists() else {}
+    res = read_json(run_dir / "results.json", "run results") if (run_dir / "results.json").exists() else None
+    rows = {s: read_json(run_dir.joinpath(*p, "manifest.json"), s)["rows"]
+            for s, p in (("train", ("datastore",)), ("validation", ("eval", "validation")), ("test", ("eval", "test")))}
+    keys, teach = timings.get("keys_train", {}), timings.get("teacher", {})
+    return {
+        "run": run_dir.name, "tokens": rows,
+        "keys_tokens_per_s": keys.get("tokens_per_s"), "teacher_seconds": teach.get("seconds"),
+        "teacher_over_keys": teach["seconds"] / keys["seconds"] if teach and keys else None,
+        "teacher_bytes_per_token": teacher.get("bytes_per_token"), "knnlm": knn["chosen"],
+        "backbone_ppl": knn["test"]["backbone_ppl"], "knnlm_ppl": knn["test"]["knnlm_ppl"],
+        "memory_ppl": res["test"]["memory"] if res else None,
+        "joint_ppl": res["test"]["memory+backbone"] if res else None,
+        "memory_lambda": res["lambda"] if res else None,
+    }
+
+
+def summary_table(run_dirs) -> str:
+    """One row per run: the retrieval-side measurements and the test perplexities."""
+    head = ("| run | tokens train / val / test | keys tok/s | teacher s (÷ keys) | teacher B/token | kNN-LM k, T, λ "
+            "| PPL backbone | PPL kNN-LM | PPL memory | PPL memory + backbone (λ) |")
+    lines = [head, "|" + "---|" * 10]
+    for d in run_dirs:
+        r = summary_row(d)
+        c = r["knnlm"]
+        tok = " / ".join(f"{r['tokens'][s]:,}" for s in ("train", "validation", "test"))
+        joint = f"{r['joint_ppl']:.3f} ({r['memory_lambda']})" if r["joint_ppl"] else "—"
+        lines.append(
+            f"| {r['run']} | {tok} | {_fmt(r['keys_tokens_per_s'], 0)} | {_fmt(r['teacher_seconds'], 0)} "
+            f"({_fmt(r['teacher_over_keys'])}) | {_fmt(r['teacher_bytes_per_token'])} | {c['k']}, {c['temperature']}, "
+            f"{c['lambda']} | {r['backbone_ppl']:.3f} | {r['knnlm_ppl']:.3f} | {_fmt(r['memory_ppl'], 3)} | {joint} |")
+    return "\n".join(lines)
+
+
+def sweep_table(knn: dict) -> str:
+    """Validation perplexity of kNN-LM for each (k, T), at its best λ: the sweep that chose the settings."""
+    best: dict[tuple, dict] = {}
+    for r in knn["sweep"]:
+        key = (r["k"], r["temperature"])
+        if key not in best or r["ppl"] < best[key]["ppl"]:
+            best[key] = r
+    ks = sorted({k for k, _ in best})
+    temps = sorted({t for _, t in best})
+    lines = ["| k \\ T | " + " | ".join(str(t) for t in temps) + " |", "|---|" + "---|" * len(temps)]
+    for k in ks:
+        cells = [f"{best[(k, t)]['ppl']:.3f} (λ={best[(k, t)]['lambda']})" for t in temps]
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
