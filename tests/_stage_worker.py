@@ -54,7 +54,6 @@ def install_kill_switch() -> None:
 
 def tiny_docs(tokenizer, n_docs: int = 4):
     from conftest import corpus_text
-
     from mlpmem.corpora.documents import Document, tokenize_documents
 
     return tokenize_documents([Document(str(i), t) for i, t in enumerate(corpus_text(n_docs))], tokenizer)

@@ -3,8 +3,8 @@
 import json
 
 import pytest
-from conftest import write_corpus
 
+from conftest import write_corpus
 from mlpmem.errors import ConfigError
 from mlpmem.experiments.ablation import (
     ALL_STUDIES,

@@ -1,7 +1,7 @@
 import pytest
 import torch
-from conftest import make_gpt2, make_llama
 
+from conftest import make_gpt2, make_llama
 from mlpmem.backbone import (
     KeyHook,
     check_fingerprint,

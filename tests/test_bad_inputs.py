@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import corpus_text, make_llama
 
 import mlpmem.utils.shards
+from conftest import corpus_text, make_llama
 from mlpmem.corpora.documents import (
     Document,
     make_windows,

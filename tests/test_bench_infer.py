@@ -6,9 +6,9 @@ import json
 
 import pytest
 import torch
+
 from _tiny import VOCAB, tiny_backbone
 from conftest import write_corpus
-
 from mlpmem.cli import main as cli_main
 from mlpmem.errors import ConfigError
 from mlpmem.experiments.bench.infer import (

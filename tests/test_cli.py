@@ -2,8 +2,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import write_corpus
 
+from conftest import write_corpus
 from mlpmem.cli import main
 from mlpmem.errors import ConfigError
 from mlpmem.pipeline.config import PipelineConfig

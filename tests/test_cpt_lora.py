@@ -4,8 +4,8 @@ import copy
 
 import pytest
 import torch
-from conftest import corpus_text, make_gpt2, make_llama
 
+from conftest import corpus_text, make_gpt2, make_llama
 from mlpmem.baselines.cpt import FinetuneConfig, pack_blocks, train_cpt
 from mlpmem.baselines.lora import (
     LoRAConfig,

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 import torch
-from conftest import corpus_text, make_llama
 
+from conftest import corpus_text, make_llama
 from mlpmem.backbone import KeyHook
 from mlpmem.corpora.documents import Document, count_targets, tokenize_documents
 from mlpmem.datastore import KeyStore, build_keystore

@@ -10,12 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import _stage_worker as worker
 import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 
+import _stage_worker as worker
 from mlpmem.errors import ConfigError
 from mlpmem.memory.model import MLPMemory
 from mlpmem.training.loop import TrainConfig, adamw, load_checkpoint

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from _tiny import VOCAB, TinyTokenizer, tiny_backbone
 
+from _tiny import VOCAB, TinyTokenizer, tiny_backbone
 from mlpmem.backbone import decoder_layers, extract_keys, feed_forward
 from mlpmem.errors import ConfigError, CorruptArtifact, FingerprintMismatch
 from mlpmem.memory.model import (

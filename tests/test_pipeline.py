@@ -4,8 +4,8 @@ import json
 
 import numpy as np
 import pytest
-from conftest import corpus_text, write_corpus
 
+from conftest import corpus_text, write_corpus
 from mlpmem.corpora import tokens
 from mlpmem.corpora.documents import Document, tokenize_documents
 from mlpmem.errors import CorpusError

@@ -6,12 +6,12 @@ import tarfile
 
 import pytest
 import yaml
-from conftest import corpus_text
-from test_rag import BagOfWordsEncoder
 
+from conftest import corpus_text
 from mlpmem.cli import main
 from mlpmem.experiments.qa.bigbench import TASK_MEMBER
 from mlpmem.experiments.qa.suite import METHODS, QASuiteConfig
+from test_rag import BagOfWordsEncoder
 
 BIGBENCH = {
     "qa_wikidata": {"examples": [{"input": "The keeper of the lighthouse is", "target": "old"},

@@ -12,11 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import _stage_worker as worker
 import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
+
+import _stage_worker as worker
 
 WORKER = Path(__file__).parent / "_stage_worker.py"
 ROOT = Path(__file__).parent.parent

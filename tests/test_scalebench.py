@@ -1,8 +1,8 @@
 """bench-scale pieces that run in seconds: the synthetic keystore is a valid store, the report lists every part."""
 
 import numpy as np
-from conftest import write_corpus
 
+from conftest import write_corpus
 from mlpmem.datastore import KeyStore
 from mlpmem.experiments.bench.scale import (
     markdown,

@@ -4,8 +4,8 @@ import json
 
 import numpy as np
 import pytest
-from conftest import corpus_text
 
+from conftest import corpus_text
 from mlpmem.corpora import documents as corpus
 from mlpmem.corpora.documents import (
     Document,

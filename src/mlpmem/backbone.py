@@ -178,7 +178,7 @@ class KeyHook:
         if self.stop:
             raise _StopForward
 
-    def __enter__(self) -> "KeyHook":
+    def __enter__(self) -> KeyHook:
         block = decoder_layers(self.model)[self.layer]
         if self.site == "ffn_input":
             self._handle = feed_forward(block).register_forward_pre_hook(self._pre_hook, with_kwargs=True)

@@ -108,7 +108,8 @@ class Config:
         self.validate()
 
     def _where(self, name: str) -> str:
-        return f"{getattr(self, '_section', '') or type(self).__name__}.{name}"
+        section = getattr(self, "_section", type(self).__name__)  # "" for the root of a loaded file
+        return f"{section}.{name}" if section else name
 
     def validate(self) -> None:
         """Cross-field checks of a subclass (one-line :class:`ConfigError`)."""

@@ -159,7 +159,7 @@ class FaissIndex:
         return self.index.ntotal
 
     @classmethod
-    def build(cls, store, cfg: IndexConfig, kind: str) -> "FaissIndex":
+    def build(cls, store, cfg: IndexConfig, kind: str) -> FaissIndex:
         import faiss
 
         n, d = store.num_rows, store.hidden_size
@@ -202,7 +202,7 @@ class FaissIndex:
                                            "rerank": self.rerank, **settings})
 
     @classmethod
-    def open(cls, folder: str | Path, store, settings: dict) -> "FaissIndex":
+    def open(cls, folder: str | Path, store, settings: dict) -> FaissIndex:
         """Reopen a saved index memory-mapped; raises if it fails its checksum or was built otherwise."""
         import faiss
 

@@ -187,6 +187,6 @@ class RAG:
                 for q, hs in zip(questions, hits)]
 
     @classmethod
-    def from_documents(cls, docs, tokenizer, cfg: RAGConfig | None = None, encoder=None) -> "RAG":
+    def from_documents(cls, docs, tokenizer, cfg: RAGConfig | None = None, encoder=None) -> RAG:
         cfg = cfg or RAGConfig()
         return cls(build_retriever(cfg.retriever, make_passages(docs, cfg.passage_words), encoder), tokenizer, cfg)

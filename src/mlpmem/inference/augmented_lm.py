@@ -179,7 +179,7 @@ class MemoryAugmentedLM(BackboneWrapper):
         tokenizer=None,
         lam: float = 0.5,
         **kwargs,
-    ) -> "MemoryAugmentedLM":
+    ) -> MemoryAugmentedLM:
         """Load a saved memory next to ``backbone_model`` (fingerprint checked) on the backbone's device."""
         memory = MLPMemory.from_pretrained(memory_dir, backbone_model, tokenizer)
         memory.to(next(backbone_model.parameters()).device).eval()

@@ -139,7 +139,7 @@ class MemoryConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "MemoryConfig":
+    def from_dict(cls, data: dict) -> MemoryConfig:
         if not isinstance(data, dict):
             raise ConfigError(f"memory config must be a mapping, got {type(data).__name__}")
         known = {f.name for f in fields(cls)}
@@ -162,7 +162,7 @@ class MemoryConfig:
         intermediate_size: int,
         family: str = "llama",
         **overrides,
-    ) -> "MemoryConfig":
+    ) -> MemoryConfig:
         """A named depth ("tiny" 2, "small" 4, "base" 8, "large" 15 blocks) at the backbone's widths."""
         if name not in PRESET_LAYERS:
             raise ConfigError(f"unknown memory preset {name!r}; choose one of {tuple(PRESET_LAYERS)}")
@@ -185,7 +185,7 @@ class MemoryConfig:
         key_site: str = "ffn_input",
         tokenizer=None,
         **overrides,
-    ) -> "MemoryConfig":
+    ) -> MemoryConfig:
         """A preset sized like ``model`` (family, widths, activation and norm eps read from it).
 
         The backbone fingerprint is recorded only when ``tokenizer`` is given (it is part of it).
@@ -356,7 +356,7 @@ class MLPMemory(nn.Module):
         x = self.features(keys)  # (..., H)
         return self.head(x.to(self.head.weight.dtype))  # (..., V)
 
-    def cast_weights(self, dtype: torch.dtype) -> "MLPMemory":
+    def cast_weights(self, dtype: torch.dtype) -> MLPMemory:
         """Store the memory's own weights in ``dtype`` (e.g. bf16 for inference), in place; a tied head is
         the backbone's tensor and keeps its dtype. Norms still normalise in fp32 (see RMSNorm); the head
         runs in the head's dtype. Halving the bytes of the blocks halves what they add to a decode step."""
@@ -406,7 +406,7 @@ class MLPMemory(nn.Module):
         directory: str | os.PathLike,
         backbone_model: nn.Module | None = None,
         backbone_tokenizer=None,
-    ) -> "MLPMemory":
+    ) -> MLPMemory:
         """Load a save; verify the recorded backbone fingerprint against ``backbone_model`` if given.
 
         Without ``backbone_tokenizer`` the tokenizer part of the fingerprint is not checked. A tied head

@@ -85,7 +85,7 @@ class EvalSplit:
     targets: torch.Tensor  # (n,)
 
     @classmethod
-    def load(cls, queries: KeyStore, dists, ids, datastore_values: np.ndarray) -> "EvalSplit":
+    def load(cls, queries: KeyStore, dists, ids, datastore_values: np.ndarray) -> EvalSplit:
         return cls(
             lm_logprob=torch.from_numpy(queries.array("lm").astype(np.float64)),
             dists=torch.from_numpy(np.asarray(dists, np.float64)),
