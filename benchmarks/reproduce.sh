@@ -14,7 +14,7 @@ for s in datastore knnlm; do $M $s configs/wikipedia-within-article.yaml; done
 # the default with the blocks initialised from the backbone, on the default's datastore and teacher (hard links)
 mkdir -p runs/default-init-backbone
 cp -al runs/default/{datastore,eval,teacher,knnlm} runs/default-init-backbone/ 2>/dev/null || true
-$M run configs/default.yaml --set run_dir=runs/default-init-backbone --set train.init=backbone
+$M run configs/default.yaml --set run_dir=runs/default-init-backbone --set memory.init=backbone
 # tied/untied head x backbone/random init (README's table: measured at commit 57bcc69, fp32 passes)
 $M ablate configs/quick.yaml --study head-init --set train.epochs=1
 $M summarize runs/default runs/wikipedia-within-article runs/wikipedia-by-article runs/quick \

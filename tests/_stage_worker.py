@@ -30,7 +30,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 KW = dict(layer=-1, site="ffn_input", block_size=24, stride=12, batch_size=2, batches_per_shard=2, progress=False)
-TRAIN = dict(epochs=2, batch_size=149, lr=3e-3, checkpoint_every=5, eval_lambdas=[0.0, 0.5, 1.0], alpha=0.4)
+TRAIN = dict(epochs=2, batch_size=149, lr=3e-3, checkpoint_every=5, eval_lambdas=[0.0, 0.5, 1.0], alpha=0.4,
+             precision="fp32")
 RENAMES = [0]
 
 
@@ -70,7 +71,7 @@ def teacher_config(kind: str = "exact"):
 
 def tiny_memory(store, backbone_dir: Path | None = None):
     """A 2-block memory; with ``backbone_dir``, its head tied to (and frozen as) the backbone's embedding."""
-    from mlpmem.memory.model import MemoryConfig, MLPMemory, tie_to_backbone
+    from mlpmem.memory import MemoryConfig, MLPMemory, tie_to_backbone
 
     torch.manual_seed(0)
     vocab = int(store.manifest["backbone"]["vocab_size"])
@@ -87,7 +88,9 @@ def train_stage(stage: str, backbone_dir: Path, out: Path) -> None:
     """``train``, ``train-tied``, each optionally ``-fsdp``: see the module docstring."""
     from mlpmem.datastore import KeyStore
     from mlpmem.teacher import TeacherStore
-    from mlpmem.training.loop import EvalData, TrainConfig, TrainData, train_memory
+    from mlpmem.training.config import TrainConfig
+    from mlpmem.training.data import EvalData, TrainData
+    from mlpmem.training.loop import train_memory
 
     flags = stage.split("-")[1:]
     suffix = "-tied" if "tied" in flags else ""
@@ -126,9 +129,9 @@ def run_stage(stage: str, backbone_dir: Path, out: Path, dist=None) -> None:
 
 
 def main() -> None:
-    from mlpmem.experiments.bench.scale import _match_launcher_priority
+    from mlpmem.experiments.bench.scale.workers import match_launcher_priority
 
-    _match_launcher_priority()  # torchrun's workers start a new session: keep the launcher's CPU weight
+    match_launcher_priority()  # torchrun's workers start a new session: keep the launcher's CPU weight
     torch.set_num_threads(1)
     install_kill_switch()
     backbone_dir, out, stages = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3].split(",")

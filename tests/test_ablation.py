@@ -52,7 +52,8 @@ def test_layer_study_builds_keys_per_depth(tiny_run, monkeypatch):
 def test_teacher_study_rebuilds_the_teacher_only(tiny_run, monkeypatch):
     import mlpmem.experiments.ablation as ablation
 
-    monkeypatch.setitem(ablation.RETRIEVAL_STUDIES, "teacher", {"k=4": {"k": 4}, "k=8, T=10": {"k": 8, "temperature": 10.0}})
+    studies = {"k=4": {"k": 4}, "k=8, T=10": {"k": 8, "temperature": 10.0}}
+    monkeypatch.setitem(ablation.RETRIEVAL_STUDIES, "teacher", studies)
     rows = run_study(tiny_run, "teacher", progress=False)
     assert [r["variant"] for r in rows] == ["k=4", "k=8, T=10"]
     folder = tiny_run.path("ablations", "teacher", "k=4")

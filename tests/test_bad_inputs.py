@@ -195,8 +195,10 @@ def test_damaged_teacher_and_index(store_dir, tmp_path):
 
 
 def test_damaged_or_pickled_checkpoint(tmp_path):
-    from mlpmem.memory.model import MemoryConfig, MLPMemory
-    from mlpmem.training.loop import EvalData, TrainConfig, TrainData, train_memory
+    from mlpmem.memory import MemoryConfig, MLPMemory
+    from mlpmem.training.config import TrainConfig
+    from mlpmem.training.data import EvalData, TrainData
+    from mlpmem.training.loop import train_memory
 
     rng = np.random.default_rng(0)
     n, d, v = 64, 8, 12
@@ -204,7 +206,7 @@ def test_damaged_or_pickled_checkpoint(tmp_path):
                      rng.integers(0, v, (n, 2)).astype(np.int32), np.full((n, 2), 0.5, np.float16),
                      np.zeros(n, np.float32))
     val = EvalData(data.keys[:16], data.targets[:16], np.full(16, -np.log(v), np.float32))
-    cfg = TrainConfig(epochs=2, batch_size=16, checkpoint_every=2, eval_lambdas=[0.0, 1.0])
+    cfg = TrainConfig(epochs=2, batch_size=16, checkpoint_every=2, eval_lambdas=[0.0, 1.0], lr=4e-4, precision="fp32")
 
     def memory():
         torch.manual_seed(0)

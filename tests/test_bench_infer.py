@@ -1,4 +1,4 @@
-"""bench-infer on a tiny finished run: every method measured, ratios, report and figure; ladder variants agree."""
+"""bench infer on a tiny finished run: every method measured, ratios, report and figure; ladder variants agree."""
 
 from __future__ import annotations
 
@@ -11,19 +11,15 @@ from _tiny import VOCAB, tiny_backbone
 from conftest import write_corpus
 from mlpmem.cli import main as cli_main
 from mlpmem.errors import ConfigError
-from mlpmem.experiments.bench.infer import (
-    InferBenchConfig,
-    Method,
-    main,
-    measure,
-    memory_variants,
-    targets,
-    weight_limits,
-)
+from mlpmem.experiments.bench.infer.config import InferBenchConfig
+from mlpmem.experiments.bench.infer.ladder import memory_variants
+from mlpmem.experiments.bench.infer.measure import TimedMethod, measure, weight_limits
+from mlpmem.experiments.bench.infer.report import targets
+from mlpmem.experiments.bench.infer.run import main
 from mlpmem.experiments.bench.knn_setup import KnnSetupConfig
 from mlpmem.index import IndexConfig
 from mlpmem.inference.augmented_lm import MemoryAugmentedLM
-from mlpmem.memory.model import MemoryConfig, MLPMemory, tie_to_backbone
+from mlpmem.memory import MemoryConfig, MLPMemory, tie_to_backbone
 
 
 def tied_memory(backbone):
@@ -55,7 +51,8 @@ def test_measure_counts_every_generated_token():
     backbone = tiny_backbone("llama")
     calls = []
     handle = backbone.register_forward_hook(lambda m, a, o: calls.append(1))
-    m = measure(backbone, Method("backbone", prepare=lambda ids: ids[:, 1:]), torch.ones(2, 5, dtype=torch.long), 4)
+    method = TimedMethod("backbone", prepare=lambda ids: ids[:, 1:])
+    m = measure(backbone, method, torch.ones(2, 5, dtype=torch.long), 4)
     handle.remove()
     assert len(calls) == 4 and m["input_tokens"] == 4  # one prefill + 3 decode steps; prepare was applied
     assert m["ttft_s"] > 0 and m["decode_tok_s"] > 0

@@ -1,4 +1,4 @@
-"""bench-offline on a tiny config: every stage timed in its own folder, FLOPs counted, peak and ratios reported."""
+"""bench offline on a tiny config: every stage timed in its own folder, FLOPs counted, peak and ratios reported."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_bench_offline_refuses_the_run_folder(tiny_config, tmp_path):
 
 
 def test_cli_bench_offline_options(tiny_config, tmp_path, capsys):
-    code = cli_main(["bench-offline", str(tiny_config), "--quiet", "--threads", "1", "--train-tokens", "300",
+    code = cli_main(["bench", "offline", str(tiny_config), "--quiet", "--threads", "1", "--train-tokens", "300",
                      "--train-steps", "2", "--repeats", "1", "--out", str(tmp_path / "b")])
     assert code == 0 and "Pipeline stages on the slice" in capsys.readouterr().out
 

@@ -1,14 +1,20 @@
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import write_corpus
-from mlpmem.cli import main
+from mlpmem.cli import canonical_argv, main
+from mlpmem.cli.spec import function
+from mlpmem.cli.table import ALIASES, COMMANDS
 from mlpmem.errors import ConfigError
 from mlpmem.pipeline.config import PipelineConfig
 
-CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
+ROOT = Path(__file__).parent.parent
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
@@ -95,3 +101,72 @@ def test_cli_corpus_shorter_than_one_block(tmp_path, tiny_backbone_dir, capsys):
                  "--set", f"backbone.name={tiny_backbone_dir}", "--set", f"corpus.path={corpus}",
                  "--set", "corpus.validation_fraction=0", "--set", "corpus.test_fraction=0"])
     assert code == 2 and "shorter than one block" in capsys.readouterr().err
+
+
+LIGHT = """
+import contextlib, io, sys
+from mlpmem.cli import build_parser, main
+build_parser()
+for words in ([], ["qa"], ["bench"], ["mosaics"]):
+    with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):
+        main([*words, "--help"])
+heavy = ("torch", "transformers", "numpy", "faiss", "matplotlib", "mlpmem.backbone", "mlpmem.pipeline.config")
+loaded = [m for m in heavy if m in sys.modules]
+assert not loaded, loaded
+"""
+
+
+def test_help_of_the_cli_and_its_groups_imports_no_model_library():
+    out = subprocess.run([sys.executable, "-c", LIGHT], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c.path))
+def test_every_command_of_the_table_resolves(command, capsys):
+    """Its function imports and is callable; its help (choices and defaults read from the code) renders."""
+    assert callable(function(command))
+    with pytest.raises(SystemExit) as exc:
+        main([*command.path, "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: mlpmem {' '.join(command.path)}") and command.help in out
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c.path))
+def test_no_help_text_repeats_a_default(command):
+    for arg in command.args:
+        if "default" in arg.options or arg.default_from:
+            assert "(default" not in arg.options.get("help", ""), (command.path, arg.flags)
+
+
+def test_old_flat_names_run_the_grouped_commands_and_are_not_listed(capsys):
+    assert set(ALIASES) == {"bench-infer", "bench-offline", "bench-scale", "eval-qa", "qa-report", "mosaics-train",
+                            "mosaics-eval", "mosaics-memory", "mosaics-recall"}
+    assert canonical_argv(["bench-infer", "configs/tiny.yaml", "--quiet"]) == ["bench", "infer", "configs/tiny.yaml",
+                                                                              "--quiet"]
+    assert canonical_argv(["datastore", "bench-infer"]) == ["datastore", "bench-infer"]  # only the command word
+    with pytest.raises(SystemExit):
+        main(["mosaics-recall", "--help"])
+    assert capsys.readouterr().out.startswith("usage: mlpmem mosaics recall")
+    for words in ([], ["qa"], ["bench"], ["mosaics"]):
+        with pytest.raises(SystemExit):
+            main([*words, "--help"])
+        out = capsys.readouterr().out
+        assert not [alias for alias in ALIASES if alias in out], out
+
+
+@pytest.mark.parametrize("argv", [[], ["nope"], ["bench"], ["ablate", "c.yaml"], ["summarize", "r", "--bogus"],
+                                  ["bench", "infer", "--threads", "x"], ["qa-report"]])
+def test_usage_errors_are_one_line(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.startswith("mlpmem: error:") and err.count("\n") == 1, err
+
+
+def test_readme_lists_every_command_and_the_docs_use_no_old_name():
+    readme = (ROOT / "README.md").read_text()
+    assert not [c.path for c in COMMANDS if f"`mlpmem {' '.join(c.path)}`" not in readme]
+    for page in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
+        old = [a for a in ALIASES if re.search(rf"(?<![\w/.-]){a}(?![\w-])", page.read_text())]
+        assert not old, (page.name, old)

@@ -17,8 +17,10 @@ from safetensors.torch import load_file
 
 import _stage_worker as worker
 from mlpmem.errors import ConfigError
-from mlpmem.memory.model import MLPMemory
-from mlpmem.training.loop import TrainConfig, adamw, load_checkpoint
+from mlpmem.memory import MLPMemory
+from mlpmem.training.checkpoint import load_checkpoint
+from mlpmem.training.config import TrainConfig
+from mlpmem.training.optim import adamw
 from mlpmem.utils.distributed import (
     Dist,
     merge_records,
@@ -202,5 +204,5 @@ def test_checkpoints_resume_across_sharding_and_processes(reference, tiny_backbo
 
 
 def test_bad_sharding_is_a_config_error():
-    with pytest.raises(ConfigError, match="train.sharding must be ddp or fsdp, got 'zero3'"):
+    with pytest.raises(ConfigError, match=r"sharding must be one of \['ddp', 'fsdp'\], got 'zero3'"):
         TrainConfig(sharding="zero3")

@@ -15,7 +15,7 @@ from mlpmem.inference.augmented_lm import (
     tied_head_logits,
 )
 from mlpmem.inference.mixing import mix_log_probs
-from mlpmem.memory.model import MemoryConfig, MLPMemory
+from mlpmem.memory import MemoryConfig, MLPMemory
 
 FAMILIES = ("llama", "gpt2")
 PROMPTS = [[5, 17, 3, 99, 42, 7], [8, 9], [60, 61, 62, 63]]
@@ -217,7 +217,7 @@ def test_beam_search_lambda_zero_matches_backbone():
 
 def tied_augmented(family: str, lam: float, fuse_head: bool | None = None) -> MemoryAugmentedLM:
     """A tiny backbone with a memory whose head is the backbone's output embedding (spread hidden states)."""
-    from mlpmem.memory.model import tie_to_backbone
+    from mlpmem.memory import tie_to_backbone
 
     backbone = tiny_backbone(family)
     torch.manual_seed(3)

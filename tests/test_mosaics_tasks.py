@@ -43,12 +43,12 @@ def test_bad_values_are_one_line_config_errors(tmp_path):
 
 
 def test_extra_training_text_and_data_settings(tmp_path, monkeypatch):
-    from mlpmem.corpora import shipped as shipped_corpora
+    from mlpmem.corpora import registry, store
     from mlpmem.experiments.mosaics.data import prepare_streams
 
     texts = {"wikipedia-by-article": "the article says the river is long. ", "shakespeare-by-play": "to be or not. "}
-    monkeypatch.setattr(shipped_corpora, "prepare", lambda name: name)
-    monkeypatch.setattr(shipped_corpora, "read_split",
+    monkeypatch.setattr(registry, "prepare", lambda name: name)
+    monkeypatch.setattr(store, "read_split",
                         lambda name, split: [{"text": texts[name] * (20 if split == "train" else 3)}])
     exp = MosaicsExperiment(out_dir=str(tmp_path / "run"), vocab_size=300)
     _, alone = prepare_streams(exp, progress=False)

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
+from mlpmem.baselines.methods import closed_book_prompts
 from mlpmem.errors import CorpusError
 from mlpmem.experiments.qa.eval_qa import (
     GenerationConfig,
-    closed_book_prompts,
     evaluate_questions,
     generate_answers,
     read_questions,

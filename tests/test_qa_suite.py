@@ -8,9 +8,10 @@ import pytest
 import yaml
 
 from conftest import corpus_text
+from mlpmem.baselines.methods import METHODS
 from mlpmem.cli import main
 from mlpmem.experiments.qa.bigbench import TASK_MEMBER
-from mlpmem.experiments.qa.suite import METHODS, QASuiteConfig
+from mlpmem.experiments.qa.config import QASuiteConfig
 from test_rag import BagOfWordsEncoder
 
 BIGBENCH = {
@@ -65,7 +66,7 @@ def qa_setup(tmp_path, tiny_backbone_dir, monkeypatch):
 
 def test_qa_report_end_to_end(qa_setup, capsys):
     tmp = qa_setup
-    assert main(["qa-report", str(tmp / "suite.yaml"), "--quiet"]) == 0
+    assert main(["qa", "report", str(tmp / "suite.yaml"), "--quiet"]) == 0
     results = json.loads((tmp / "qa" / "results.json").read_text())
     bench = results["benchmarks"]["synthetic"]
     assert set(bench["methods"]) == set(METHODS)
@@ -76,7 +77,7 @@ def test_qa_report_end_to_end(qa_setup, capsys):
     assert bench["methods"]["knnlm"]["lambda"] in (0.0, 0.5)
     assert bench["methods"]["lora"]["rank"] >= 1
     assert bench["methods"]["lora"]["target_parameters"] == bench["memory_run"]["memory_trainable_parameters"]
-    nr = bench["methods"]["base"]["no_regression"]
+    nr = bench["methods"]["backbone"]["no_regression"]
     assert nr["qa_wikidata"]["n"] == 2 and nr["general_knowledge"]["n"] == 2
     assert "no_regression" in bench["methods"]["memory"] and "no_regression" not in bench["methods"]["rag-bm25"]
     assert len(results["ablations"]["studies"]["alpha"]) == 6
@@ -86,11 +87,11 @@ def test_qa_report_end_to_end(qa_setup, capsys):
     assert (tmp / "docs" / "ablation-alpha.png").exists()
     # resumable: a second run reuses every method's results
     mtime = (tmp / "qa" / "synthetic" / "methods" / "cpt.json").stat().st_mtime
-    assert main(["qa-report", str(tmp / "suite.yaml"), "--quiet", "--no-ablations"]) == 0
+    assert main(["qa", "report", str(tmp / "suite.yaml"), "--quiet", "--no-ablations"]) == 0
     assert (tmp / "qa" / "synthetic" / "methods" / "cpt.json").stat().st_mtime == mtime
     (tmp / "qa" / "synthetic" / "methods" / "lora.json").unlink()  # as if interrupted before LoRA finished
     (tmp / "docs" / "report.md").unlink()
-    assert main(["qa-report", str(tmp / "suite.yaml"), "--quiet", "--report-only"]) == 0
+    assert main(["qa", "report", str(tmp / "suite.yaml"), "--quiet", "--report-only"]) == 0
     assert not (tmp / "qa" / "synthetic" / "methods" / "lora.json").exists()
     report = (tmp / "docs" / "report.md").read_text()
     assert "| LoRA |" not in report and "| CPT |" in report and "ablation-alpha.png" in report
@@ -98,7 +99,7 @@ def test_qa_report_end_to_end(qa_setup, capsys):
     ablate = yaml.safe_load((tmp / "ablate.yaml").read_text())
     ablate["train"]["lr"] = 0.5
     (tmp / "ablate.yaml").write_text(yaml.safe_dump(ablate))
-    assert main(["qa-report", str(tmp / "suite.yaml"), "--quiet", "--report-only"]) == 0
+    assert main(["qa", "report", str(tmp / "suite.yaml"), "--quiet", "--report-only"]) == 0
     assert "ablation-alpha.png" not in (tmp / "docs" / "report.md").read_text()
 
 
@@ -108,13 +109,13 @@ def test_eval_qa_command(qa_setup, tiny_backbone_dir, capsys):
     questions.write_text(json.dumps({"question": "Who counted the gulls?", "answers": ["the keeper"]}) + "\n")
     docs = tmp / "docs.jsonl"
     docs.write_text("".join(json.dumps({"text": t}) + "\n" for t in corpus_text(4)))
-    for method in ("base", "rag-bm25", "rag-dense"):
+    for method in ("backbone", "rag-bm25", "rag-dense"):
         out = tmp / f"{method}.json"
-        assert main(["eval-qa", str(questions), "--method", method, "--backbone", str(tiny_backbone_dir),
+        assert main(["qa", "eval", str(questions), "--method", method, "--backbone", str(tiny_backbone_dir),
                      "--corpus", str(docs), "--max-new-tokens", "3", "--out", str(out), "--quiet"]) == 0
         saved = json.loads(out.read_text())
         assert saved["n"] == 1 and len(saved["predictions"]) == 1
-    assert main(["eval-qa", str(questions), "--method", "memory", "--backbone", str(tiny_backbone_dir)]) == 2
+    assert main(["qa", "eval", str(questions), "--method", "memory", "--backbone", str(tiny_backbone_dir)]) == 2
     assert "needs --run" in capsys.readouterr().err
 
 
@@ -128,4 +129,25 @@ def test_suite_config_validation(tmp_path):
     with pytest.raises(ConfigError, match="shots"):
         QASuiteConfig(benchmarks={"synthetic": {"pipeline": "x"}}, shots=-1)
     cfg = QASuiteConfig.from_yaml("configs/qa/report.yaml")
-    assert set(cfg.benchmarks) == {"synthetic", "disfl_qa"} and {"base", "memory"} <= set(cfg.methods) <= set(METHODS)
+    assert set(cfg.benchmarks) == {"synthetic", "disfl_qa"}
+    assert {"backbone", "memory"} <= set(cfg.methods) <= set(METHODS)
+
+
+def test_results_under_the_old_backbone_name_are_read(tmp_path, tiny_llama, tiny_tokenizer):
+    from mlpmem.baselines.methods import build_method
+    from mlpmem.errors import ConfigError
+    from mlpmem.experiments.qa.report import current_names
+    from mlpmem.experiments.qa.runner import method_file
+
+    (tmp_path / "methods").mkdir()
+    assert method_file(tmp_path, "backbone") == tmp_path / "methods" / "backbone.json"
+    (tmp_path / "methods" / "base.json").write_text("{}")
+    assert method_file(tmp_path, "backbone") == tmp_path / "methods" / "base.json"
+    assert method_file(tmp_path, "memory") == tmp_path / "methods" / "memory.json"
+    old = {"benchmarks": {"synthetic": {"methods": {"base": {"test": {}}, "memory": {}}}}}
+    assert list(current_names(old)["benchmarks"]["synthetic"]["methods"]) == ["backbone", "memory"]
+    assert build_method("backbone", None, (tiny_llama, tiny_tokenizer)).model is tiny_llama
+    with pytest.raises(ConfigError, match="run folder"):
+        build_method("memory", None, (tiny_llama, tiny_tokenizer))
+    with pytest.raises(ConfigError, match="documents"):
+        build_method("cpt", None, (tiny_llama, tiny_tokenizer))

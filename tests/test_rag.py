@@ -12,7 +12,7 @@ from mlpmem.baselines.rag import (
     build_rag_prompt,
     make_passages,
 )
-from mlpmem.errors import ConfigError
+from mlpmem.errors import ConfigError, MlpmemError
 from mlpmem.inference.prompts import qa_prompt
 
 DOCS = [
@@ -55,7 +55,9 @@ def test_prompt_keeps_rank_order(tiny_tokenizer):
 
 def test_prompt_respects_context_limit(tiny_tokenizer):
     question = "Where was Tanoza Zuloze born?"
-    n = lambda text: len(tiny_tokenizer(text, add_special_tokens=False)["input_ids"])
+    def n(text):
+        return len(tiny_tokenizer(text, add_special_tokens=False)["input_ids"])
+
     full = build_rag_prompt(question, DOCS, tiny_tokenizer, 100000)
     for limit in (n(qa_prompt(question)), n(qa_prompt(question, DOCS[:1])) + 5, n(full) - 3):
         prompt = build_rag_prompt(question, DOCS, tiny_tokenizer, limit)
@@ -67,7 +69,7 @@ def test_prompt_respects_context_limit(tiny_tokenizer):
     context = prompt.removeprefix("Context:\n").split("\n\n")
     assert context[0] == DOCS[0] and context[1] and DOCS[1].startswith(context[1]) and context[1] != DOCS[1]
     assert context[2].startswith("Question:") and DOCS[2] not in prompt
-    with pytest.raises(Exception):
+    with pytest.raises(MlpmemError, match="longer than the context limit"):
         build_rag_prompt(question, DOCS, tiny_tokenizer, 3)
 
 
@@ -92,7 +94,9 @@ def test_prompt_with_shots_counts_them_against_the_limit(tiny_tokenizer):
     from mlpmem.inference.prompts import demonstrations
 
     question = "Where was Tanoza Zuloze born?"
-    n = lambda text: len(tiny_tokenizer(text, add_special_tokens=False)["input_ids"])
+    def n(text):
+        return len(tiny_tokenizer(text, add_special_tokens=False)["input_ids"])
+
     full = build_rag_prompt(question, DOCS, tiny_tokenizer, 100000, shots=2)
     assert full.startswith(demonstrations(2) + "Context:\n") and full.endswith(qa_prompt(question))
     limit = n(qa_prompt(question, DOCS[:1], shots=2)) + 5

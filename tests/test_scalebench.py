@@ -1,15 +1,13 @@
-"""bench-scale pieces that run in seconds: the synthetic keystore is a valid store, the report lists every part."""
+"""bench scale pieces that run in seconds: the synthetic keystore is a valid store, the report lists every part."""
 
 import numpy as np
 
 from conftest import write_corpus
 from mlpmem.datastore import KeyStore
-from mlpmem.experiments.bench.scale import (
-    markdown,
-    repeated_corpus,
-    synthetic_keystore,
-    worker_corpus,
-)
+from mlpmem.experiments.bench.scale.corpus import repeated_corpus
+from mlpmem.experiments.bench.scale.report import markdown
+from mlpmem.experiments.bench.scale.synthetic import synthetic_keystore
+from mlpmem.experiments.bench.scale.workers import worker_corpus
 
 
 def test_synthetic_keystore_opens_as_a_verified_keystore(tmp_path):
@@ -27,8 +25,8 @@ def test_markdown_reports_every_measured_part():
                "memory": [{"rows": 1000, "datastore_mb": 1.2, "stage": "train", "seconds": 2.0, "peak_rss_mb": 400.0}],
                "resume": {"rows": 1000, "shards": 4, "shards_done_at_kill": 2, "scratch_s": 10.0, "resume_s": 4.0,
                           "resume_over_scratch": 0.4}}
-    text = markdown(results, "mlpmem bench-scale x")
-    assert "`mlpmem bench-scale x`" in text
+    text = markdown(results, "mlpmem bench scale x")
+    assert "`mlpmem bench scale x`" in text
     assert "| datastore | 2 | 100 | 3.0 | 1.0 | 100 |" in text
     assert "| 1000 | 1 | train | 2.0 | 400 |" in text and "| 1000 | 4 | 2 | 10.0 | 4.0 | 0.40 |" in text
     assert "Resume" not in markdown({k: v for k, v in results.items() if k != "resume"}, "c")

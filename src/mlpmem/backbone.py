@@ -16,7 +16,6 @@ import importlib.util
 import json
 import os
 import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -260,13 +259,6 @@ def check_fingerprint(expected: dict, actual: dict, what: str) -> None:
             )
 
 
-def timed_load(name: str):
-    """Load a backbone and return ``(model, tokenizer, seconds)``."""
-    t0 = time.perf_counter()
-    model, tokenizer = load_backbone(name)
-    return model, tokenizer, time.perf_counter() - t0
-
-
 @dataclass
 class BackboneConfig(Config):
     name: str = DEFAULT_BACKBONE
@@ -275,8 +267,8 @@ class BackboneConfig(Config):
     """Key layer: an index (negative from the end) or a depth fraction in (0, 1]."""
     site: str = "ffn_input"
     """``ffn_input`` (input of the layer's feed-forward block) or ``residual`` (block output)."""
-    precision: str = "fp32"
-    """Compute precision of the datastore and evaluation passes: ``fp32`` or ``bf16`` (autocast, ~2x faster)."""
+    precision: str = "bf16"
+    """Compute precision of the datastore and evaluation passes: ``bf16`` (autocast, ~2x faster) or ``fp32``."""
 
     def validate(self) -> None:
         check_precision(self.precision)

@@ -1,7 +1,7 @@
 """kNN-LM as a decoder: at every decoding step, search the datastore and mix (for speed comparisons).
 
-:class:`KnnLMDecoder` mirrors :class:`~mlpmem.inference.augmented_lm.MemoryAugmentedLM`: a key hook in the backbone's own
-forward captures f(c_t) at the datastore's layer and site, and a forward hook on the backbone replaces
+:class:`KnnLMDecoder` mirrors :class:`~mlpmem.inference.augmented_lm.MemoryAugmentedLM`: a key hook in the
+backbone's own forward captures f(c_t) at the datastore's layer and site, and a forward hook on the backbone replaces
 ``output.logits`` (B, T_keep, V) by
 
     log((1 - lam) softmax(lm_logits) + lam p_kNN),   p_kNN(y) ∝ Σ_i 1[v_i = y] exp(−d_i / T)

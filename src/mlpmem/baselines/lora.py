@@ -39,7 +39,7 @@ class LoRAConfig(Config):
 
 def default_targets(model: nn.Module) -> list[str]:
     names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-    for family, targets in TARGETS.items():
+    for targets in TARGETS.values():
         if set(targets) <= names:
             return list(targets)
     raise ConfigError("cannot find attention/MLP projections to adapt; set lora.target_modules")

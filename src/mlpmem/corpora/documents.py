@@ -209,6 +209,7 @@ def corpus_hash(token_docs) -> str:
 
 
 def release_pages(token_docs) -> None:
-    """Let a memory-mapped split (:class:`mlpmem.corpora.tokens.TokenDocs`) drop the pages read so far; lists: nothing."""
+    """Let a memory-mapped split (:class:`mlpmem.corpora.tokens.TokenDocs`) drop the pages read so far (lists:
+    nothing)."""
     if hasattr(token_docs, "release"):
         token_docs.release()

@@ -1,15 +1,15 @@
 """Ablations of the memory's design choices, each scored by validation perplexity.
 
 Training studies (``head-init``, ``alpha``, ``size``, ``epochs``): each variant is the run's config with
-some ``train.*`` values overridden, trained on the run's own datastore and teacher into
-``run_dir/ablations/<study>/<variant>/``.
+some values of one section overridden (``memory.*``: head, init, size; ``train.*``: alpha, epochs), trained on
+the run's own datastore and teacher into ``run_dir/ablations/<study>/<variant>/``.
 
 Retrieval studies (``layer``: the key layer's depth; ``teacher``: the teacher's k and temperature)
 change what the memory is distilled from, so each variant gets its own sub-run
 ``run_dir/ablations/<study>/<variant>/`` with its own datastore (train + validation keystores, for a
 new layer) and its own teacher; what a variant shares with the main run (same layer: the keystores;
-same layer, k and T: the teacher) is read from the main run's folders, not rebuilt. The teacher temperature is the main run's (chosen by its kNN-LM sweep) unless
-the variant sets it.
+same layer, k and T: the teacher) is read from the main run's folders, not rebuilt. The teacher
+temperature is the main run's (chosen by its kNN-LM sweep) unless the variant sets it.
 
 Every variant is scored by its last-epoch validation perplexities (memory alone, and memory + backbone
 at the best λ of the training config's grid). One table (Markdown) and one bar chart (PNG) per study.
@@ -20,18 +20,20 @@ from __future__ import annotations
 import dataclasses
 
 from mlpmem.errors import ConfigError
+from mlpmem.reporting.plots import pyplot
+from mlpmem.reporting.tables import markdown_table
 from mlpmem.utils.shards import write_json
 
-STUDIES = {
-    "head-init": {
+STUDIES = {  # study -> (the config section its variants override, {variant: overrides})
+    "head-init": ("memory", {
         "tied head, backbone init": {"tie_head": True, "init": "backbone"},
         "tied head, random init": {"tie_head": True, "init": "random"},
         "untied head, backbone init": {"tie_head": False, "init": "backbone"},
         "untied head, random init": {"tie_head": False, "init": "random"},
-    },
-    "alpha": {f"alpha={a}": {"alpha": a} for a in (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)},
-    "size": {p: {"preset": p} for p in ("tiny", "small", "base")},
-    "epochs": {f"{e} epoch(s)": {"epochs": e} for e in (1, 2, 4)},
+    }),
+    "alpha": ("train", {f"alpha={a}": {"alpha": a} for a in (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)}),
+    "size": ("memory", {p: {"preset": p} for p in ("tiny", "small", "base")}),
+    "epochs": ("train", {f"{e} epoch(s)": {"epochs": e} for e in (1, 2, 4)}),
 }
 RETRIEVAL_STUDIES = {
     "layer": {f"layer={f}": {"layer": f} for f in (0.3, 0.6, 0.8, 1.0)},
@@ -58,9 +60,10 @@ def run_study(run, study: str, progress: bool = True) -> list[dict]:
         for name, overrides in RETRIEVAL_STUDIES[study].items():
             state = train_retrieval_variant(run, base / _slug(name), overrides)
             rows.append(_row(name, overrides, state))
-    for name, overrides in STUDIES.get(study, {}).items():
-        cfg = dataclasses.replace(run.cfg, train=dataclasses.replace(run.cfg.train, **overrides))
-        variant = Run.__new__(Run)  # same run folder and loaded backbone, other train config
+    section, variants = STUDIES.get(study, ("train", {}))
+    for name, overrides in variants.items():
+        cfg = dataclasses.replace(run.cfg, **{section: dataclasses.replace(getattr(run.cfg, section), **overrides)})
+        variant = Run.__new__(Run)  # same run folder and loaded backbone, another memory or train section
         variant.__dict__.update(run.__dict__, cfg=cfg)
         state = stage_train(variant, out=base / _slug(name))
         rows.append(_row(name, overrides, state))
@@ -155,21 +158,17 @@ def build_variant_keystores(variant) -> None:
 
 
 def study_table(study: str, rows: list[dict]) -> str:
-    lines = [f"| {study} variant | validation PPL memory alone | validation PPL memory + backbone (λ) "
-             "| trainable params | train s |", "|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['variant']} | {r['memory_ppl']:.3f} | {r['joint_ppl']:.3f} ({r['best_lambda']}) | "
-                     f"{r['trainable_parameters']:,} | {r['train_seconds']:.0f} |")
+    header = [f"{study} variant", "validation PPL memory alone", "validation PPL memory + backbone (λ)",
+              "trainable params", "train s"]
+    cells = [[r["variant"], f"{r['memory_ppl']:.3f}", f"{r['joint_ppl']:.3f} ({r['best_lambda']})",
+              f"{r['trainable_parameters']:,}", f"{r['train_seconds']:.0f}"] for r in rows]
+    lines = [markdown_table(header, cells)]
     lines.append(f"\nBackbone validation PPL: {rows[0]['backbone_ppl']:.3f}.")
     return "\n".join(lines)
 
 
 def plot_study(study: str, rows: list[dict], path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.4), dpi=120)
     x = range(len(rows))
     ax.bar([i - 0.2 for i in x], [r["joint_ppl"] for r in rows], 0.4, label="memory + backbone")

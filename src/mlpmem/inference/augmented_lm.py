@@ -37,7 +37,8 @@ from torch import nn
 from mlpmem.backbone import SITES, KeyHook, resolve_layer
 from mlpmem.errors import ConfigError, FingerprintMismatch, MlpmemError
 from mlpmem.inference.mixing import check_lambda
-from mlpmem.memory.model import MLPMemory, verify_backbone
+from mlpmem.memory import MLPMemory
+from mlpmem.memory.io import verify_backbone
 
 try:  # the exact slicing the HF models apply to their hidden states before the LM head
     from transformers.modeling_utils import slice_logits_to_keep

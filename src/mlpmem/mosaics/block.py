@@ -28,8 +28,8 @@ class ContextualMemory(nn.Module):
 
     def forward(self, x, doc_ids, short_mask, long_mask, reference: bool = False):
         s = self.short(x, doc_ids, short_mask, reference)  # (B, T, d)
-        l = self.long(x, doc_ids, long_mask, reference)  # (B, T, d)
-        return self.o_proj(torch.cat([s, l], dim=-1))
+        lt = self.long(x, doc_ids, long_mask, reference)  # (B, T, d)
+        return self.o_proj(torch.cat([s, lt], dim=-1))
 
 
 class MosaicsBlock(nn.Module):

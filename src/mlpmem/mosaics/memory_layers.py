@@ -142,7 +142,8 @@ def gated_keys(k_tilde, log_g, log_lam, doc_ids, chunk: int = 32):
         carry = (sigma[..., None] + cum[:, :, n]).masked_fill(~(doc[:, n] == doc[:, n - 1, -1:])[:, None],
                                                               float("-inf"))  # (B, H, C)
         m = torch.maximum(m_in[:, :, n], carry).detach()
-        r = torch.exp(m_in[:, :, n] - m)[..., None] * r_in[:, :, n] + torch.exp(carry - m)[..., None] * state[:, :, None]
+        r = (torch.exp(m_in[:, :, n] - m)[..., None] * r_in[:, :, n]
+             + torch.exp(carry - m)[..., None] * state[:, :, None])
         rows.append(r)
         state, sigma = r[:, :, -1], m[:, :, -1]
     return F.normalize(torch.cat(rows, dim=2)[:, :, :T], dim=-1)

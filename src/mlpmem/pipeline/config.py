@@ -1,4 +1,9 @@
-"""The whole pipeline's configuration: one section a stage (``configs/*.yaml``)."""
+"""The whole pipeline's configuration: one section a stage (``configs/*.yaml``).
+
+Every default is the default preset's, ``configs/default.yaml`` (``tests/test_config_defaults.py`` checks that
+``PipelineConfig()`` equals it): a key or section left out of a YAML file is the default preset's. (One
+exception: a ``teacher:`` section given in part starts from :class:`TeacherConfig`, the library's own defaults.)
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,18 @@ from dataclasses import dataclass, field
 
 from mlpmem.backbone import BackboneConfig
 from mlpmem.config import Config
+from mlpmem.index import IndexConfig
 from mlpmem.pipeline.corpus import CorpusConfig
 from mlpmem.pipeline.datastore import DatastoreConfig
 from mlpmem.pipeline.knnlm import KnnLMConfig
+from mlpmem.pipeline.memory import MemorySection
 from mlpmem.teacher import TeacherConfig
-from mlpmem.training.loop import TrainConfig
+from mlpmem.training.config import TrainConfig
+
+
+def default_teacher() -> TeacherConfig:
+    """The default preset's teacher: an IVF-Flat index (the library's :class:`TeacherConfig` picks one itself)."""
+    return TeacherConfig(query_batch=1024, index=IndexConfig(kind="ivf_flat", nprobe=64))
 
 
 @dataclass
@@ -20,8 +32,11 @@ class PipelineConfig(Config):
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
     datastore: DatastoreConfig = field(default_factory=DatastoreConfig)
-    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    teacher: TeacherConfig = field(default_factory=default_teacher)
     teacher_temperature_from_knnlm: bool = True
     """Build the teacher with the kNN-LM temperature chosen on validation instead of ``teacher.temperature``."""
     knnlm: KnnLMConfig = field(default_factory=KnnLMConfig)
+    memory: MemorySection = field(default_factory=MemorySection)
+    """What the memory is: depth, width, head and initialisation."""
     train: TrainConfig = field(default_factory=TrainConfig)
+    """How the memory is optimised."""

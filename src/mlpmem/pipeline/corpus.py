@@ -55,7 +55,7 @@ def corpus_folder(run: Run) -> Path:
     """A folder with train/validation/test.jsonl: shipped, prepared by the user, or split here."""
     cfg = run.cfg.corpus
     if cfg.name is not None:
-        from mlpmem.corpora.shipped import prepare
+        from mlpmem.corpora.registry import prepare
 
         return prepare(cfg.name, seed=run.cfg.seed, **cfg.options)
     path = Path(cfg.path)

@@ -1,4 +1,5 @@
-"""Stage 2, the datastore: keys and next tokens of the training split, evaluation keystores with the backbone's log-probs."""
+"""Stage 2, the datastore: keys and next tokens of the training split; evaluation keystores with the
+backbone's log-probs."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ def _directory_bytes(path) -> int:
 
 
 def load_memory(run):
-    from mlpmem.memory.model import MLPMemory
+    from mlpmem.memory import MLPMemory
 
     model, tokenizer = run.backbone
     return MLPMemory.from_pretrained(run.path("memory"), backbone_model=model, backbone_tokenizer=tokenizer)
@@ -76,7 +76,7 @@ def stage_eval(run, num_positions: int = 1024) -> dict:
     """The test table of a run (and its PNG), written to ``run_dir/results.json`` and ``report.md``."""
     from mlpmem.datastore import KeyStore
     from mlpmem.pipeline.train import eval_data
-    from mlpmem.training.loop import memory_logprobs
+    from mlpmem.training.data import memory_logprobs
 
     memory = load_memory(run).eval()
     knn = read_json(run.path("knnlm", "results.json"), "knnlm results")

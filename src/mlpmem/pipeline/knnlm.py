@@ -30,8 +30,8 @@ from mlpmem.utils.shards import read_json, save_array, write_json
 @dataclass
 class KnnLMConfig(Config):
     k_grid: list[int] = field(default_factory=lambda: [16, 64, 256, 1024])
-    temperature_grid: list[float] = field(default_factory=lambda: [1.0, 3.0, 10.0, 30.0])
-    lambda_grid: list[float] = field(default_factory=lambda: [0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5])
+    temperature_grid: list[float] = field(default_factory=lambda: [1.0, 2.0, 3.0, 5.0, 10.0])
+    lambda_grid: list[float] = field(default_factory=lambda: [0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5])
     query_batch: int = 512
     exact: bool = True
     """Search evaluation queries exactly (brute force) even when the teacher uses an approximate index."""

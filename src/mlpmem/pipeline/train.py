@@ -9,35 +9,33 @@ from mlpmem.pipeline.run import Run
 
 
 def build_memory(run: Run):
-    """A fresh memory for this run's backbone, key layer/site and train config (init and head options)."""
+    """A fresh memory for this run's backbone and key layer/site, shaped and initialised by the ``memory:``
+    section (seeded by ``train.seed``)."""
     import torch
 
     from mlpmem.backbone import decoder_layers
-    from mlpmem.memory.model import (
-        MemoryConfig,
-        MLPMemory,
-        init_from_backbone,
-        tie_to_backbone,
-    )
+    from mlpmem.memory import MemoryConfig, MLPMemory, init_from_backbone, init_identity, tie_to_backbone
 
-    cfg, (model, tokenizer) = run.cfg, run.backbone
-    overrides = {k: v for k, v in (("num_layers", cfg.train.num_layers),
-                                   ("intermediate_size", cfg.train.intermediate_size)) if v is not None}
+    cfg, spec, (model, tokenizer) = run.cfg, run.cfg.memory, run.backbone
+    overrides = {k: v for k, v in (("num_layers", spec.num_layers),
+                                   ("intermediate_size", spec.intermediate_size)) if v is not None}
     torch.manual_seed(cfg.train.seed)
-    mcfg = MemoryConfig.from_backbone(model, cfg.train.preset, cfg.backbone.layer, cfg.backbone.site, tokenizer,
-                                      tie_head=cfg.train.tie_head, **overrides)
+    mcfg = MemoryConfig.from_backbone(model, spec.preset, cfg.backbone.layer, cfg.backbone.site, tokenizer,
+                                      tie_head=spec.tie_head, **overrides)
     memory = MLPMemory(mcfg)
-    if cfg.train.init == "backbone":
+    if spec.init == "backbone":
         # the blocks start as the backbone's MLPs just above the key layer (shifted down at the top)
         init_from_backbone(memory, model, min(mcfg.key_layer + 1, len(decoder_layers(model)) - 1))
-    if cfg.train.tie_head:
+    if spec.tie_head:
         tie_to_backbone(memory, model)
+    if spec.init == "identity":
+        init_identity(memory, model)
     return memory
 
 
 def eval_data(run: Run, split: str):
     from mlpmem.datastore import KeyStore
-    from mlpmem.training.loop import EvalData
+    from mlpmem.training.data import EvalData
 
     store = KeyStore(run.path("eval", split))
     return EvalData(store.array("keys"), store.array("values"), store.array("lm"))
@@ -52,7 +50,8 @@ def stage_train(run: Run, rebuild: bool = False, out: Path | None = None) -> dic
 
     from mlpmem.datastore import KeyStore
     from mlpmem.teacher import TeacherStore
-    from mlpmem.training.loop import TrainData, train_memory
+    from mlpmem.training.data import TrainData
+    from mlpmem.training.loop import train_memory
     from mlpmem.utils.runtime import set_threads
 
     set_threads()
@@ -66,7 +65,8 @@ def stage_train(run: Run, rebuild: bool = False, out: Path | None = None) -> dic
     data = TrainData(store.rows("keys"), store.rows("values"), teacher.rows("ids"), teacher.rows("probs"),
                      teacher.rows("residual"))
     memory = build_memory(run)
-    state = train_memory(memory, data, eval_data(run, "validation"), run.cfg.train, out / "train", run.progress)
+    state = train_memory(memory, data, eval_data(run, "validation"), run.cfg.train, out / "train", run.progress,
+                         memory_spec=run.cfg.memory.to_dict())
     state["memory_parameters"] = memory.num_parameters()
     state["memory_trainable_parameters"] = memory.num_parameters(trainable_only=True)
     if run.is_main:

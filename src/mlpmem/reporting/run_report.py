@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from mlpmem.reporting.plots import pyplot
+from mlpmem.reporting.tables import count, markdown_table, mebibytes, number
 from mlpmem.utils.shards import read_json
 
-
-def _fmt(x, digits=2):
-    return "—" if x is None else (f"{x:,.{digits}f}" if isinstance(x, float) else f"{x:,}")
+SPLIT_FOLDERS = (("train", ("datastore",)), ("validation", ("eval", "validation")), ("test", ("eval", "test")))
+"""Each split and the folder (under the run) of its keystore."""
 
 
 def knnlm_summary(results: dict) -> str:
@@ -24,14 +25,13 @@ def retrieval_table(run) -> str:
     keys = t.get("keys_train", {})
     teach = t.get("teacher", {})
     ratio = teach["seconds"] / keys["seconds"] if teach and keys else None
-    tokens = {s: read_json(run.path(*p, "manifest.json"), s)["rows"]
-              for s, p in (("train", ("datastore",)), ("validation", ("eval", "validation")), ("test", ("eval", "test")))}
+    tokens = {s: read_json(run.path(*p, "manifest.json"), s)["rows"] for s, p in SPLIT_FOLDERS}
     c = knn["chosen"]
     rows = [
-        ("tokens train / validation / test", " / ".join(f"{tokens[s]:,}" for s in tokens)),
-        ("key extraction (truncated forward), tokens/s", _fmt(keys.get("tokens_per_s"), 0)),
-        ("teacher build, s (ratio to key extraction)", f"{_fmt(teach.get('seconds'), 0)} ({_fmt(ratio)})"),
-        ("teacher bytes per token", _fmt(teacher["bytes_per_token"])),
+        ("tokens train / validation / test", " / ".join(count(tokens[s]) for s in tokens)),
+        ("key extraction (truncated forward), tokens/s", number(keys.get("tokens_per_s"), 0)),
+        ("teacher build, s (ratio to key extraction)", f"{number(teach.get('seconds'), 0)} ({number(ratio, 2)})"),
+        ("teacher bytes per token", number(teacher["bytes_per_token"], 2)),
         ("teacher k / T / top-K", f"{teacher['k']} / {teacher['temperature']} / {teacher['top_k']}"),
         ("kNN-LM k / T / λ (chosen on validation)", f"{c['k']} / {c['temperature']} / {c['lambda']}"),
         ("validation PPL backbone → kNN-LM",
@@ -40,13 +40,8 @@ def retrieval_table(run) -> str:
     ]
     lines = [f"Run `{run.dir}` (backbone {run.cfg.backbone.name}, layer {run.cfg.backbone.layer}, "
              f"site {run.cfg.backbone.site}, corpus {run.cfg.corpus.name or run.cfg.corpus.path})", "",
-             "| measurement | value |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in rows]
+             markdown_table(["measurement", "value"], rows)]
     return "\n".join(lines)
-
-
-def _mb(n) -> str:
-    return f"{n / 2**20:,.1f} MB"
 
 
 def _rel(x: float, ref: float) -> str:
@@ -57,40 +52,33 @@ def results_table(results: dict) -> str:
     """The test table of issue #3: backbone, kNN-LM, memory alone, memory + backbone."""
     t, c = results["test"], results["knnlm_chosen"]
     train_s = results.get("train_seconds")
-    mem_size = _mb(results["memory_bytes"]) + (" (+ backbone's tied head)" if results["memory_tied_head"] else "")
-    lines = [
-        "| method | test PPL | vs backbone | settings (chosen on validation) | inference needs besides the backbone "
-        "| training |",
-        "|---|---|---|---|---|---|",
-        f"| backbone | {t['backbone']:.3f} | — | — | — | — |",
-        f"| kNN-LM | {t['knnlm']:.3f} | {_rel(t['knnlm'], t['backbone'])} | k={c['k']}, T={c['temperature']}, λ={c['lambda']} | datastore "
-        f"{_mb(results['datastore_bytes'])} ({results['datastore_tokens']:,} keys) + search | — |",
-        f"| MLP Memory alone | {t['memory']:.3f} | {_rel(t['memory'], t['backbone'])} | λ=1 | {mem_size} | "
-        f"{results['memory_trainable_parameters']:,} trainable params |",
-        f"| MLP Memory + backbone | {t['memory+backbone']:.3f} | {_rel(t['memory+backbone'], t['backbone'])} "
-        f"| λ={results['lambda']} | {mem_size}, "
-        f"{results['memory_parameters']:,} params | {train_s:,.0f} s |" if train_s else
-        f"| MLP Memory + backbone | {t['memory+backbone']:.3f} | {_rel(t['memory+backbone'], t['backbone'])} "
-        f"| λ={results['lambda']} | {mem_size} | — |",
+    mem_size = mebibytes(results["memory_bytes"]) + (" (+ backbone's tied head)" if results["memory_tied_head"] else "")
+    header = ["method", "test PPL", "vs backbone", "settings (chosen on validation)",
+              "inference needs besides the backbone", "training"]
+    rows = [
+        ["backbone", f"{t['backbone']:.3f}", "—", "—", "—", "—"],
+        ["kNN-LM", f"{t['knnlm']:.3f}", _rel(t["knnlm"], t["backbone"]),
+         f"k={c['k']}, T={c['temperature']}, λ={c['lambda']}",
+         f"datastore {mebibytes(results['datastore_bytes'])} ({results['datastore_tokens']:,} keys) + search", "—"],
+        ["MLP Memory alone", f"{t['memory']:.3f}", _rel(t["memory"], t["backbone"]), "λ=1", mem_size,
+         f"{results['memory_trainable_parameters']:,} trainable params"],
+        ["MLP Memory + backbone", f"{t['memory+backbone']:.3f}", _rel(t["memory+backbone"], t["backbone"]),
+         f"λ={results['lambda']}", f"{mem_size}, {results['memory_parameters']:,} params" if train_s else mem_size,
+         f"{train_s:,.0f} s" if train_s else "—"],
     ]
-    lines.append(f"\nThe datastore is {results['datastore_bytes'] / results['memory_bytes']:.1f}× the memory's stored size; "
-                 f"memory + backbone is {_rel(t['memory+backbone'], t['knnlm'])} against kNN-LM.")
+    lines = [markdown_table(header, rows)]
+    lines.append(f"\nThe datastore is {results['datastore_bytes'] / results['memory_bytes']:.1f}× the memory's "
+                 f"stored size; memory + backbone is {_rel(t['memory+backbone'], t['knnlm'])} against kNN-LM.")
     return "\n".join(lines)
 
 
 def distribution_table(results: dict) -> str:
-    d = results["distribution"]
-    lines = ["| distribution | tokens holding 80 % of the mass | tokens holding 99 % |", "|---|---|---|"]
-    lines += [f"| {name} | {v['80%']:.1f} | {v['99%']:.1f} |" for name, v in d.items()]
-    return "\n".join(lines)
+    return markdown_table(["distribution", "tokens holding 80 % of the mass", "tokens holding 99 %"],
+                          [[name, f"{v['80%']:.1f}", f"{v['99%']:.1f}"] for name, v in results["distribution"].items()])
 
 
 def plot_lambda(results: dict, path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=120)
     for split, style in (("validation_curve", "o-"), ("test_curve", "s--")):
         curve = results[split]
@@ -139,8 +127,7 @@ def summary_row(run_dir) -> dict:
     teacher_path = run_dir / "teacher" / "manifest.json"
     teacher = read_json(teacher_path, "teacher manifest") if teacher_path.exists() else {}
     res = read_json(run_dir / "results.json", "run results") if (run_dir / "results.json").exists() else None
-    rows = {s: read_json(run_dir.joinpath(*p, "manifest.json"), s)["rows"]
-            for s, p in (("train", ("datastore",)), ("validation", ("eval", "validation")), ("test", ("eval", "test")))}
+    rows = {s: read_json(run_dir.joinpath(*p, "manifest.json"), s)["rows"] for s, p in SPLIT_FOLDERS}
     keys, teach = timings.get("keys_train", {}), timings.get("teacher", {})
     return {
         "run": run_dir.name, "tokens": rows,
@@ -156,19 +143,19 @@ def summary_row(run_dir) -> dict:
 
 def summary_table(run_dirs) -> str:
     """One row per run: the retrieval-side measurements and the test perplexities."""
-    head = ("| run | tokens train / val / test | keys tok/s | teacher s (÷ keys) | teacher B/token | kNN-LM k, T, λ "
-            "| PPL backbone | PPL kNN-LM | PPL memory | PPL memory + backbone (λ) |")
-    lines = [head, "|" + "---|" * 10]
+    header = ["run", "tokens train / val / test", "keys tok/s", "teacher s (÷ keys)", "teacher B/token",
+              "kNN-LM k, T, λ", "PPL backbone", "PPL kNN-LM", "PPL memory", "PPL memory + backbone (λ)"]
+    rows = []
     for d in run_dirs:
         r = summary_row(d)
         c = r["knnlm"]
-        tok = " / ".join(f"{r['tokens'][s]:,}" for s in ("train", "validation", "test"))
+        tok = " / ".join(count(r["tokens"][s]) for s in ("train", "validation", "test"))
         joint = f"{r['joint_ppl']:.3f} ({r['memory_lambda']})" if r["joint_ppl"] else "—"
-        lines.append(
-            f"| {r['run']} | {tok} | {_fmt(r['keys_tokens_per_s'], 0)} | {_fmt(r['teacher_seconds'], 0)} "
-            f"({_fmt(r['teacher_over_keys'])}) | {_fmt(r['teacher_bytes_per_token'])} | {c['k']}, {c['temperature']}, "
-            f"{c['lambda']} | {r['backbone_ppl']:.3f} | {r['knnlm_ppl']:.3f} | {_fmt(r['memory_ppl'], 3)} | {joint} |")
-    return "\n".join(lines)
+        rows.append([r["run"], tok, number(r["keys_tokens_per_s"], 0),
+                     f"{number(r['teacher_seconds'], 0)} ({number(r['teacher_over_keys'], 2)})",
+                     number(r["teacher_bytes_per_token"], 2), f"{c['k']}, {c['temperature']}, {c['lambda']}",
+                     f"{r['backbone_ppl']:.3f}", f"{r['knnlm_ppl']:.3f}", number(r["memory_ppl"], 3), joint])
+    return markdown_table(header, rows)
 
 
 def sweep_table(knn: dict) -> str:
@@ -180,8 +167,6 @@ def sweep_table(knn: dict) -> str:
             best[key] = r
     ks = sorted({k for k, _ in best})
     temps = sorted({t for _, t in best})
-    lines = ["| k \\ T | " + " | ".join(str(t) for t in temps) + " |", "|---|" + "---|" * len(temps)]
-    for k in ks:
-        cells = [f"{best[(k, t)]['ppl']:.3f} (λ={best[(k, t)]['lambda']})" for t in temps]
-        lines.append(f"| {k} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return markdown_table(["k \\ T", *(str(t) for t in temps)],
+                          [[str(k), *(f"{best[(k, t)]['ppl']:.3f} (λ={best[(k, t)]['lambda']})" for t in temps)]
+                           for k in ks])

@@ -1,1 +1,1 @@
-"""Speed benchmarks: ``mlpmem bench-infer`` (inference) and ``mlpmem bench-offline`` (offline stages)."""
+"""Speed benchmarks: ``mlpmem bench infer`` (inference) and ``mlpmem bench offline`` (offline stages)."""

@@ -1,21 +1,19 @@
-"""Shared pieces of the speed benchmarks: robust statistics, Markdown tables, run artifacts read-only.
+"""Shared pieces of the speed benchmarks: robust statistics, threads, parameter bytes, result files.
 
 Benchmarks time every method side by side in one process, interleaved repetition by repetition (so a
 load spike on a shared machine hits all methods alike), after warm-up repetitions that are discarded;
 they report the median and the spread (min-max of the kept repetitions) and ratios of medians.
+Their Markdown tables are :func:`mlpmem.reporting.tables.markdown_table`.
 """
 
 from __future__ import annotations
 
 import os
 import statistics
-import time
-from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
-
 from mlpmem.errors import ConfigError
+from mlpmem.utils.runtime import set_threads
 
 
 def summarize(samples: list[float]) -> dict:
@@ -25,42 +23,8 @@ def summarize(samples: list[float]) -> dict:
     return {"median": statistics.median(samples), "min": min(samples), "max": max(samples), "n": len(samples)}
 
 
-class Stopwatch:
-    """Collects named measurements; ``with sw.time(name):`` appends the elapsed seconds."""
-
-    def __init__(self):
-        self.samples: dict[str, list[float]] = {}
-
-    def add(self, name: str, value: float) -> None:
-        self.samples.setdefault(name, []).append(value)
-
-    @contextmanager
-    def time(self, name: str):
-        t0 = time.perf_counter()
-        yield
-        self.add(name, time.perf_counter() - t0)
-
-    def summary(self) -> dict[str, dict]:
-        return {name: summarize(values) for name, values in self.samples.items()}
-
-
-def markdown_table(header: list[str], rows: list[list]) -> str:
-    """A GitHub Markdown table; floats are printed with 3 significant digits (or as given if str)."""
-
-    def cell(value) -> str:
-        if isinstance(value, float):
-            return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
-        return str(value)
-
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def threads(n: int | None) -> int:
     """Set torch (and FAISS) threads to ``n`` or to the cores available to this process."""
-    from mlpmem.utils.runtime import set_threads
-
     return set_threads(n or len(os.sched_getaffinity(0)))
 
 
@@ -76,11 +40,8 @@ def unique_param_bytes(module, exclude=()) -> int:
 
 
 def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` (ending in a newline) to ``path``, creating its folder."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text if text.endswith("\n") else text + "\n")
     return path
-
-
-def rng(seed: int) -> np.random.Generator:
-    return np.random.default_rng(seed)

@@ -49,11 +49,8 @@ class KnnSetupConfig(Config):
 
 def unused_plays(seed: int = 0) -> list[dict]:
     """Shakespeare plays the default split does not use, in its seeded order: [{"id", "text"}]."""
-    from mlpmem.corpora.shipped import (
-        download_shakespeare,
-        read_shakespeare_archive,
-        seeded_order,
-    )
+    from mlpmem.corpora.shakespeare import download_shakespeare, read_shakespeare_archive
+    from mlpmem.corpora.store import seeded_order
 
     works = read_shakespeare_archive(download_shakespeare())
     plays = sorted(stem for stem, work in works.items() if not work["poem"])

@@ -1,4 +1,4 @@
-"""``mlpmem bench-offline``: speed of the offline stages on a capped slice of a run's corpus, in one process.
+"""``mlpmem bench offline``: speed of the offline stages on a capped slice of a run's corpus, in one process.
 
 Measured side by side (``repeats`` interleaved repetitions after a warm-up, median [min-max]):
 
@@ -26,6 +26,7 @@ The recorded stage timings of the full run (``<run_dir>/timings.json``, read-onl
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import shutil
 import time
@@ -37,12 +38,8 @@ import torch
 
 from mlpmem.config import Config
 from mlpmem.errors import ConfigError, CorruptArtifact
-from mlpmem.experiments.bench.common import (
-    markdown_table,
-    summarize,
-    threads,
-    write_text,
-)
+from mlpmem.experiments.bench.common import summarize, threads, write_text
+from mlpmem.reporting.tables import markdown_table
 
 
 @dataclass
@@ -64,9 +61,9 @@ class OfflineBenchConfig(Config):
 
     def validate(self) -> None:
         if min(self.train_tokens, self.eval_tokens) < 2 or self.forward_windows < 1 or self.train_steps < 2:
-            raise ConfigError("bench-offline needs train/eval_tokens >= 2, forward_windows >= 1, train_steps >= 2")
+            raise ConfigError("bench offline needs train/eval_tokens >= 2, forward_windows >= 1, train_steps >= 2")
         if self.repeats < 1 or self.warmup < 0 or self.peak_size < 64:
-            raise ConfigError("bench-offline repeats >= 1, warmup >= 0 and peak_size >= 64 needed")
+            raise ConfigError("bench offline repeats >= 1, warmup >= 0 and peak_size >= 64 needed")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -130,7 +127,7 @@ def matmul_peak(size: int, cfg: OfflineBenchConfig) -> dict:
     out = {}
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-        out[name] = _interleave({name: lambda: torch.mm(a, b)}, cfg, 2.0 * size**3)[name]
+        out[name] = _interleave({name: functools.partial(torch.mm, a, b)}, cfg, 2.0 * size**3)[name]
     return out
 
 
@@ -161,7 +158,8 @@ def stages(run, cfg: OfflineBenchConfig) -> dict:
     from mlpmem.pipeline.teacher import stage_teacher
     from mlpmem.pipeline.train import build_memory, eval_data
     from mlpmem.teacher import TeacherStore
-    from mlpmem.training.loop import TrainData, train_memory
+    from mlpmem.training.data import TrainData
+    from mlpmem.training.loop import train_memory
 
     for folder in ("datastore", "eval", "teacher", "train-bench", "timings.json"):  # measure, never reuse
         path = run.path(folder)
@@ -278,7 +276,7 @@ def bench_run(config_path: str, cfg: OfflineBenchConfig, progress: bool = True):
     rc = PipelineConfig.from_yaml(config_path)
     source_dir = rc.run_dir
     if Path(cfg.out_dir).resolve() == Path(source_dir).resolve():
-        raise ConfigError(f"bench-offline rebuilds its folder: out_dir must not be the run's own {source_dir}")
+        raise ConfigError(f"bench offline rebuilds its folder: out_dir must not be the run's own {source_dir}")
     caps = {"train": cfg.train_tokens, "validation": cfg.eval_tokens, "test": cfg.eval_tokens}
     rc = dataclasses.replace(rc, run_dir=cfg.out_dir, corpus=dataclasses.replace(rc.corpus, max_tokens=caps),
                              teacher_temperature_from_knnlm=False)
@@ -321,8 +319,8 @@ def report(r: dict) -> str:
             ["teacher (stage_teacher)", tim["teacher"]["tokens"], f"{tim['teacher']['seconds']:.1f}",
              f"{tim['teacher']['tokens_per_s']:.0f}"],
             [f"memory training ({st['train']['steps']} steps x {st['train']['batch_size']}, "
-             f"{st['train']['precision']})", st["train"]["steps"] * st["train"]["batch_size"], f"{st['train']['seconds']:.1f}",
-             f"{st['train']['tokens_per_s']:.0f}"]]
+             f"{st['train']['precision']})", st["train"]["steps"] * st["train"]["batch_size"],
+             f"{st['train']['seconds']:.1f}", f"{st['train']['tokens_per_s']:.0f}"]]
     lines += ["## Pipeline stages on the slice\n",
               markdown_table(["stage", "tokens", "seconds", "tokens/s"], rows), "",
               f"Teacher / key-extraction time: **{r['teacher_over_keys']:.2f}** (target ≤ 1).", ""]

@@ -1,63 +1,54 @@
-"""CLI stages of the Memory Mosaics experiment (registered in ``mlpmem.cli``).
+"""The commands of the Memory Mosaics experiment (declared in :mod:`mlpmem.cli.table`, imported when one runs).
 
-``mlpmem mosaics-train <config> [--model mosaics|transformer|both]``: tokenizer, data, both models trained.
-``mlpmem mosaics-eval <config>``: the three questions; writes results.json, results.md, three-questions.png.
-``mlpmem mosaics-memory <config>``: an MLP Memory (the project's pipeline) on top of each trained model.
-``mlpmem mosaics-recall [--steps 150]``: planted-pair recall of tiny models of both kinds (seconds).
+``mlpmem mosaics train <config> [--model mosaics|transformer|both]``: tokenizer, data, both models trained.
+``mlpmem mosaics eval <config>``: the three questions; writes results.json, results.md, three-questions.png.
+``mlpmem mosaics memory <config>``: an MLP Memory (the project's pipeline) on top of each trained model.
+``mlpmem mosaics recall [--steps N]``: planted-pair recall of tiny models of both kinds (seconds).
 """
 
 from __future__ import annotations
 
-from mlpmem.experiments.mosaics.experiment import KINDS
+import argparse
+
+import torch
+
+from mlpmem.experiments.mosaics.config import MosaicsExperiment
+from mlpmem.experiments.mosaics.experiment import KINDS, eval_stage, train_stage
+from mlpmem.experiments.mosaics.memory_on_top import memory_stage, memory_table
+from mlpmem.experiments.mosaics.recall import compare
+from mlpmem.experiments.mosaics.report import sizes_table, three_questions_table
+
+MODELS = (*KINDS, "both")
+"""The choices of ``--model``."""
 
 
-def _exp(args):
-    from mlpmem.experiments.mosaics.config import MosaicsExperiment
-
+def _exp(args: argparse.Namespace) -> MosaicsExperiment:
     return MosaicsExperiment.from_yaml(args.config, args.set)
 
 
-def _kinds(args):
+def _kinds(args: argparse.Namespace) -> tuple[str, ...]:
     return KINDS if args.model == "both" else (args.model,)
 
 
-def cmd_mosaics_train(args):
-    from mlpmem.experiments.mosaics.experiment import train_stage
-
+def cmd_mosaics_train(args: argparse.Namespace) -> None:
     for kind, state in train_stage(_exp(args), _kinds(args), not args.quiet, args.rebuild).items():
         val = [h["val"]["ppl"] for h in state.get("history", []) if "val" in h]
         print(f"{kind}: {state['step']} steps in {state['train_seconds']:.0f} s "
               f"({state.get('tokens_per_s', 0):.0f} tokens/s), validation PPL {val[-1] if val else float('nan'):.2f}")
 
 
-def cmd_mosaics_eval(args):
-    from mlpmem.experiments.mosaics.experiment import eval_stage
-    from mlpmem.experiments.mosaics.report import sizes_table, three_questions_table
-
+def cmd_mosaics_eval(args: argparse.Namespace) -> None:
     results = eval_stage(_exp(args), _kinds(args), progress=not args.quiet)
     print(sizes_table(results), three_questions_table(results), sep="\n\n")
 
 
-def cmd_mosaics_memory(args):
-    from mlpmem.experiments.mosaics.memory_on_top import memory_stage, memory_table
-
+def cmd_mosaics_memory(args: argparse.Namespace) -> None:
     print(memory_table(memory_stage(_exp(args), _kinds(args), not args.quiet, args.rebuild)))
 
 
-def cmd_mosaics_recall(args):
-    from mlpmem.experiments.mosaics.recall import compare
-
-    torch_threads(1)
+def cmd_mosaics_recall(args: argparse.Namespace) -> None:
+    """``--steps`` left out: :func:`~.recall.compare`'s default."""
+    torch.set_num_threads(1)
     print("| model | layers | parameters | planted-pair recall, accuracy % (chance 4.5) |\n|---|---:|---:|---:|")
-    for row in compare(steps=args.steps):
+    for row in compare(**({} if args.steps is None else {"steps": args.steps})):
         print(f"| {row['kind']} | {row['layers']} | {row['parameters']:,} | {row['accuracy']:.1f} |")
-
-
-def torch_threads(n: int) -> None:
-    import torch
-
-    torch.set_num_threads(n)
-
-
-def add_arguments(parser) -> None:
-    parser.add_argument("--model", choices=(*KINDS, "both"), default="both")

@@ -104,7 +104,7 @@ class MosaicsExperiment(Config):
     eval: EvalSection = field(default_factory=EvalSection)
 
     def validate(self) -> None:
-        from mlpmem.corpora.shipped import CORPORA
+        from mlpmem.corpora.registry import CORPORA
 
         unknown = [name for name in [self.corpus, *self.extra_train] if name not in CORPORA]
         if unknown:

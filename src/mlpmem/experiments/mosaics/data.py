@@ -127,7 +127,9 @@ def check_data_settings(out: Path, exp) -> None:
 
 def prepare_streams(exp, progress: bool = True) -> tuple[object, dict[str, tuple[np.ndarray, np.ndarray]]]:
     """Tokenizer and the three token streams of an experiment, built once under ``out_dir``."""
-    from mlpmem.corpora.shipped import SPLITS, prepare, read_split
+    from mlpmem.corpora.documents import SPLITS
+    from mlpmem.corpora.registry import prepare
+    from mlpmem.corpora.store import read_split
 
     out = Path(exp.out_dir)
     check_data_settings(out, exp)

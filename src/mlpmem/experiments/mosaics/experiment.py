@@ -80,7 +80,7 @@ def load_trained(exp: MosaicsExperiment, kind: str):
 
     folder = Path(exp.out_dir) / kind / "model"
     if not (folder / "config.json").is_file():
-        raise MlpmemError(f"{folder} not found: run `mlpmem mosaics-train` first")
+        raise MlpmemError(f"{folder} not found: run `mlpmem mosaics train` first")
     if kind == "mosaics":
         return MosaicsForCausalLM.from_pretrained(folder).eval()
     return AutoModelForCausalLM.from_pretrained(folder).eval()

@@ -25,14 +25,14 @@ def pipeline_config(exp: MosaicsExperiment, kind: str, max_train_tokens: int = 6
     raw = {
         "run_dir": str(out / f"memory-{kind}"),
         "seed": exp.seed,
-        "backbone": {"name": str(out / kind / "model"), "layer": -1, "site": "ffn_input"},
+        "backbone": {"name": str(out / kind / "model"), "layer": -1, "site": "ffn_input", "precision": "fp32"},
         "corpus": {"name": exp.corpus, "block_size": exp.train.seq_len, "stride": exp.train.seq_len // 2,
                    "max_tokens": {"train": max_train_tokens, "validation": max_eval_tokens, "test": max_eval_tokens}},
         "teacher": {"k": 256, "top_k": 32, "query_batch": 1024, "index": {"kind": "exact"}},
         "knnlm": {"k_grid": [16, 64, 256], "temperature_grid": [0.1, 0.3, 1.0, 3.0],
                   "lambda_grid": [0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5], "exact": True},
-        "train": {"preset": "tiny", "tie_head": True, "init": "backbone", "alpha": 0.4, "epochs": 2,
-                  "batch_size": 256, "lr": 0.001},
+        "memory": {"preset": "tiny", "tie_head": True, "init": "backbone"},
+        "train": {"alpha": 0.4, "epochs": 2, "batch_size": 256, "lr": 0.001, "precision": "fp32"},
     }
     return from_dict(PipelineConfig, raw)
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mlpmem.reporting.plots import pyplot
+
 KIND_NAMES = {"mosaics": "Memory Mosaics v2", "transformer": "Transformer"}
 
 
@@ -55,11 +57,7 @@ def three_questions_table(results: dict) -> str:
 
 
 def plot(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     models = results["models"]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     train_len = results["config"]["train"]["seq_len"]
@@ -100,11 +98,7 @@ def training_histories(out_dir: Path, kinds) -> dict[str, list[dict]]:
 
 def plot_training(histories: dict[str, list[dict]], path: Path, smooth: int = 25) -> None:
     """Training loss (running mean over ``smooth`` steps) and validation perplexity against step."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(10, 3.6))
     for kind, history in histories.items():
         color = "tab:blue" if kind == "mosaics" else "tab:red"

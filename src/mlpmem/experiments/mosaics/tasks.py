@@ -10,7 +10,8 @@ follow instructions are still measured. Chance is 1/K.
 2. New knowledge: ``n`` biographies of fictional people (``mlpmem.experiments.qa.synthetic``: names, cities and
    employers are random syllables, so only the context can teach them) in random templates, then a
    cloze probe about one of them (worded unlike any template as a whole, though it shares words with
-   some; "Question: ... Answer:" prompts are beyond our tiny models); candidates: the asked attribute of the people in the context first, filled up from
+   some; "Question: ... Answer:" prompts are beyond our tiny models); candidates: the asked attribute of the
+   people in the context first, filled up from
    people not in it. Reported against the number of documents and the context length in tokens (which
    runs past the training length: length extrapolation).
 3. In-context learning: words of ``icl_classes`` categories, ``n`` demonstrations per class

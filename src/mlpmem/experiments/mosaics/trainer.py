@@ -3,8 +3,8 @@
 Every step draws ``batch_size`` windows of ``seq_len`` tokens at offsets, and the Memory Mosaics its
 long-term gap m, from seeds that depend only on (seed, step), so a resumed run sees exactly the batches
 of an uninterrupted one. AdamW (betas 0.9/0.95,
-no decay on vectors), linear warmup then cosine decay (``mlpmem.training.loop.lr_at``), gradient clipping.
-Checkpoints are safetensors + JSON only (``mlpmem.training.loop.save_checkpoint``); the final model is saved
+no decay on vectors), linear warmup then cosine decay (``mlpmem.training.optim.lr_at``), gradient clipping.
+Checkpoints are safetensors + JSON only (``mlpmem.training.checkpoint.save_checkpoint``); the final model is saved
 with ``save_pretrained`` under ``<out>/model``.
 """
 
@@ -28,7 +28,8 @@ from mlpmem.experiments.mosaics.data import (
     window_batch,
 )
 from mlpmem.mosaics.transformer import forward_documents
-from mlpmem.training.loop import flat_moments, lr_at, optimizer_step, save_checkpoint
+from mlpmem.training.checkpoint import flat_moments, save_checkpoint
+from mlpmem.training.optim import lr_at, optimizer_step
 from mlpmem.utils.shards import read_json, write_json
 
 

@@ -32,18 +32,11 @@ import tempfile
 from pathlib import Path
 
 from mlpmem.errors import CorpusError
+from mlpmem.utils.io import cache_root
 
 BIGBENCH_PIP_SPEC = "bigbench==1.0.0"
 BIGBENCH_ARCHIVE = "bigbench-1.0.0.tar.gz"
 TASK_MEMBER = "bigbench-1.0.0/bigbench/benchmark_tasks/{task}/task.json"
-MC_TASKS = ("general_knowledge", "hindu_knowledge", "physical_intuition", "social_iqa")
-"""Multiple-choice tasks known to work with :func:`multiple_choice` (any task with ``target_scores`` does)."""
-
-
-def _cache_root() -> Path:
-    from mlpmem.utils.io import cache_root
-
-    return cache_root()
 
 
 def _pip_download(pip: list[str], out: Path) -> subprocess.CompletedProcess:
@@ -53,7 +46,7 @@ def _pip_download(pip: list[str], out: Path) -> subprocess.CompletedProcess:
 
 def download_bigbench(download_dir: str | Path | None = None) -> Path:
     """The bigbench sdist in ``download_dir`` (default the mlpmem cache), fetched with pip if missing."""
-    out = Path(download_dir) if download_dir is not None else _cache_root() / "downloads"
+    out = Path(download_dir) if download_dir is not None else cache_root() / "downloads"
     target = out / BIGBENCH_ARCHIVE
     if target.is_file():
         return target
@@ -83,7 +76,7 @@ def bigbench_archive(archive: str | Path | None = None) -> Path:
 def read_task(task: str, archive: str | Path | None = None) -> dict:
     """The ``task.json`` of one BIG-bench task (extracted once into the cache)."""
     archive = archive or os.environ.get("MLPMEM_BIGBENCH_ARCHIVE")
-    cached = _cache_root() / "bigbench" / f"{task}.json"
+    cached = cache_root() / "bigbench" / f"{task}.json"
     if archive is None and cached.is_file():
         return json.loads(cached.read_text())
     path = bigbench_archive(archive)

@@ -3,7 +3,8 @@
 ``model`` is anything with the Hugging Face ``generate`` signature: the backbone, a fine-tuned copy
 (CPT, merged LoRA), :class:`~mlpmem.inference.augmented_lm.MemoryAugmentedLM` (memory mixed into every decoding step)
 or :class:`~mlpmem.baselines.knnlm.KnnLMDecoder` (kNN-LM at every step). Prompts are built by
-``prompt_fn(questions) -> prompts`` (closed book by default, RAG passes retrieved passages).
+``prompt_fn(questions) -> prompts`` (closed book by default, RAG passes retrieved passages); the methods
+themselves are built by :mod:`mlpmem.baselines.methods`.
 
 Batches are left-padded so the last prompt token sits at the same position in every row; each row
 decodes ``max_new_tokens`` tokens and the text is cut at the first stop string after any leading
@@ -15,16 +16,20 @@ F1, then highest EM, ties to the smaller λ.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
+from mlpmem.baselines.methods import METHODS, MethodOptions, build_method, closed_book_prompts
 from mlpmem.config import Config
-from mlpmem.errors import ConfigError
+from mlpmem.corpora.documents import doc_start_token, read_documents
+from mlpmem.errors import ConfigError, CorpusError
 from mlpmem.experiments.qa.metrics import score
-from mlpmem.inference.prompts import STOP_STRINGS, cut_at_stop, qa_prompt
+from mlpmem.inference.prompts import STOP_STRINGS, cut_at_stop
 
 CLOZE_STOPS = ("\n", ".", ",", ";", " and ", " or ")
 
@@ -37,19 +42,6 @@ class GenerationConfig(Config):
     def validate(self) -> None:
         if self.max_new_tokens < 1 or self.batch_size < 1:
             raise ConfigError("generation max_new_tokens and batch_size must be >= 1")
-
-
-def closed_book_prompts(questions: list[dict], shots: int = 0) -> list[str]:
-    """QA prompts (with ``shots`` demonstrations), or the bare cloze text for cloze items
-    (``"The country of X is"``)."""
-    return [q["question"] if q.get("cloze") else qa_prompt(q["question"], shots=shots) for q in questions]
-
-
-def prompt_builder(shots: int = 0, rag=None):
-    """``prompt_fn(questions) -> prompts``: closed book, or through ``rag`` (retrieval + passages)."""
-    if rag is not None:
-        return lambda qs: rag.prompts([q["question"] for q in qs], shots)
-    return lambda qs: closed_book_prompts(qs, shots)
 
 
 def _prepare_tokenizer(tokenizer):
@@ -82,8 +74,6 @@ def generate_answers(model, tokenizer, prompts: list[str], cfg: GenerationConfig
 def end_of_text_ids(model, tokenizer) -> list[int]:
     """Token ids that end an answer: the tokenizer's EOS, the model's generation EOS and the document
     separator the corpus put between documents (which a model fine-tuned on the corpus learns to emit)."""
-    from mlpmem.corpora.documents import doc_start_token
-
     ids = {tokenizer.eos_token_id, doc_start_token(tokenizer)}
     base = getattr(model, "backbone", model)  # mixed models and kNN-LM decoders wrap the backbone
     gen = getattr(getattr(base, "generation_config", None), "eos_token_id", None)
@@ -129,11 +119,6 @@ def tune_lambda(make_model, tokenizer, questions: list[dict], grid: list[float],
 
 def read_questions(path) -> list[dict]:
     """A JSONL file of ``{"question": ..., "answers": [...]}`` (optionally ``"id"``; ``"answer"`` as a string)."""
-    import json
-    from pathlib import Path
-
-    from mlpmem.errors import CorpusError
-
     rows = []
     for n, line in enumerate(Path(path).read_text().splitlines(), 1):
         if not line.strip():
@@ -152,78 +137,19 @@ def read_questions(path) -> list[dict]:
 
 def method_model(method: str, backbone, tokenizer, run_dir=None, corpus=None, lam=None, lora_params=None,
                  progress=True, shots: int = 0):
-    """``(model, prompt_fn, info)`` for one method, from a finished memory run folder and/or a corpus JSONL.
-
-    base: the backbone; memory / knnlm: the run's memory or datastore (λ: ``lam`` or the run's
-    perplexity-tuned value); rag-dense / rag-bm25: retrieval over ``corpus``; cpt / lora: fine-tuned on
-    ``corpus`` here (LoRA rank matched to the run's memory when ``run_dir`` is given). Prompts carry
-    ``shots`` format demonstrations.
-    """
-    import copy
-    from pathlib import Path
-
-    from mlpmem.utils.shards import read_json
-
-    need_run = method in ("memory", "knnlm")
-    if need_run and run_dir is None:
+    """``(model, prompt_fn, info)`` of ``mlpmem qa eval``: one method of :data:`~mlpmem.baselines.methods.METHODS`
+    from a finished memory run folder and/or a corpus JSONL (λ: ``lam`` or the run's perplexity-tuned value;
+    LoRA rank matched to the run's memory unless ``lora_params``). Prompts carry ``shots`` demonstrations."""
+    if method not in METHODS:
+        raise ConfigError(f"unknown method {method!r}")
+    spec = METHODS[method]
+    if spec.needs_run and run_dir is None:
         raise ConfigError(f"method {method} needs --run (a finished memory run folder)")
-    if method in ("rag-dense", "rag-bm25", "cpt", "lora") and corpus is None:
+    if spec.needs_docs and corpus is None:
         raise ConfigError(f"method {method} needs --corpus (a JSONL of documents with 'text')")
-    run_dir = Path(run_dir) if run_dir is not None else None
-    docs = None
-    if corpus is not None:
-        from mlpmem.corpora.documents import read_documents
-
-        docs = [{"text": d.text} for d in read_documents(corpus)]
-    if method == "base":
-        return backbone, prompt_builder(shots), {}
-    if method == "memory":
-        from mlpmem.inference.augmented_lm import MemoryAugmentedLM
-
-        lam = lam if lam is not None else read_json(run_dir / "results.json", "run results")["lambda"]
-        return MemoryAugmentedLM.from_pretrained(run_dir / "memory", backbone, tokenizer, lam=lam), \
-            prompt_builder(shots), {"lambda": lam}
-    if method == "knnlm":
-        model, chosen = knnlm_decoder(backbone, run_dir, lam)
-        return model, prompt_builder(shots), {"lambda": model.lam, "k": chosen["k"],
-                                              "temperature": chosen["temperature"]}
-    if method in ("rag-dense", "rag-bm25"):
-        from mlpmem.baselines.rag import RAG, RAGConfig
-
-        rag = RAG.from_documents(docs, tokenizer, RAGConfig(retriever=method.split("-")[1]))
-        return backbone, prompt_builder(shots, rag), {}
-    if method == "cpt":
-        from mlpmem.baselines.cpt import train_cpt
-
-        model = copy.deepcopy(backbone)
-        return model, prompt_builder(shots), train_cpt(model, tokenizer, docs, progress=progress)
-    if method == "lora":
-        from mlpmem.baselines.lora import train_lora
-
-        if lora_params is None and run_dir is None:
-            raise ConfigError("method lora needs --run (to match its memory's parameters) or --lora-params")
-        target = lora_params or read_json(run_dir / "results.json", "run results")["memory_trainable_parameters"]
-        model, stats = train_lora(copy.deepcopy(backbone), tokenizer, docs, target, progress=progress)
-        return model, prompt_builder(shots), stats
-    raise ConfigError(f"unknown method {method!r}")
-
-
-def knnlm_decoder(backbone, run_dir, lam: float | None = None):
-    """``(KnnLMDecoder, chosen)``: kNN-LM over a finished run's datastore (exact search) with the k and T its
-    perplexity sweep chose (``chosen``), mixed with weight ``lam`` (default: the sweep's λ)."""
-    from pathlib import Path
-
-    import numpy as np
-
-    from mlpmem.backbone import resolve_layer
-    from mlpmem.baselines.knnlm import KnnLMDecoder
-    from mlpmem.datastore import KeyStore
-    from mlpmem.index import ExactIndex
-    from mlpmem.utils.shards import read_json
-
-    store = KeyStore(Path(run_dir) / "datastore")
-    chosen = read_json(Path(run_dir) / "knnlm" / "results.json", "knnlm results")["chosen"]
-    decoder = KnnLMDecoder(backbone, ExactIndex(store.array("keys")), np.asarray(store.array("values")),
-                           resolve_layer(backbone, store.manifest["layer"]), store.manifest["site"], k=chosen["k"],
-                           temperature=chosen["temperature"], lam=chosen["lambda"] if lam is None else lam)
-    return decoder, chosen
+    if method == "lora" and lora_params is None and run_dir is None:
+        raise ConfigError("method lora needs --run (to match its memory's parameters) or --lora-params")
+    docs = None if corpus is None else [{"text": d.text} for d in read_documents(corpus)]
+    options = MethodOptions(lam=lam, docs=docs, shots=shots, lora_params=lora_params, progress=progress)
+    built = build_method(method, run_dir, (backbone, tokenizer), options)
+    return built.model, built.prompts, built.info

@@ -12,25 +12,19 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from mlpmem.experiments.qa.suite import METHODS
+from mlpmem.baselines.methods import METHODS, OLD_NAMES
+from mlpmem.reporting.tables import DASH, count, fixed, markdown_table, mebibytes
 
-LABELS = {"base": "base", "rag-dense": "RAG-dense", "rag-bm25": "RAG-BM25", "knnlm": "kNN-LM", "cpt": "CPT",
+LABELS = {"backbone": "backbone", "rag-dense": "RAG-dense", "rag-bm25": "RAG-BM25", "knnlm": "kNN-LM", "cpt": "CPT",
           "lora": "LoRA", "memory": "MLP Memory"}
 PAPER = {  # Mistral-7B-v0.3 QA average (paper Table 1) and the ablation findings (Fig. 6, App. F/I/J)
-    "qa": {"base": 32.12, "rag-dense": 33.38, "knnlm": 32.57, "cpt": 30.53, "lora": 32.28, "memory": 36.06},
+    "qa": {"backbone": 32.12, "rag-dense": 33.38, "knnlm": 32.57, "cpt": 30.53, "lora": 32.28, "memory": 36.06},
 }
 
 
-def _f(x, digits=1) -> str:
-    return "—" if x is None else f"{x:,.{digits}f}"
-
-
-def _mb(n) -> str:
-    return "—" if n is None else ("0" if n == 0 else f"{n / 2**20:,.1f} MB")
-
-
-def _params(n) -> str:
-    return "—" if n is None else f"{n:,}"
+def _mb(n: int | None) -> str:
+    """Inference bytes in MB: ``0`` for a method that needs none, ``—`` where not measured."""
+    return DASH if n is None else ("0" if n == 0 else mebibytes(n))
 
 
 def qa_table(results: dict) -> str:
@@ -41,7 +35,7 @@ def qa_table(results: dict) -> str:
         if "held_out" in b["questions"]:
             head += [f"{name} held-out EM"]
     head += ["mean F1", "λ (validation)", "trainable params", "training s", "inference bytes besides backbone"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    table = []
     for method in METHODS:
         rows = [b["methods"].get(method) for b in benches.values()]
         if all(r is None for r in rows):
@@ -50,19 +44,20 @@ def qa_table(results: dict) -> str:
         for (name, b), r in zip(benches.items(), rows):
             r = r or {}
             info = info or r
-            cells += [_f(r.get("test", {}).get("em")), _f(r.get("test", {}).get("f1"))]
+            cells += [fixed(r.get("test", {}).get("em")), fixed(r.get("test", {}).get("f1"))]
             if "held_out" in b["questions"]:
-                cells.append(_f(r.get("held_out", {}).get("em")))
+                cells.append(fixed(r.get("held_out", {}).get("em")))
             if r.get("test"):
                 f1s.append(r["test"]["f1"])
             if "lambda" in r:
                 lams.append(f"{name}: {r['lambda']}")
-        cells += [_f(sum(f1s) / len(f1s)) if f1s else "—", ", ".join(lams) or "—"]
+        cells += [fixed(sum(f1s) / len(f1s)) if f1s else "—", ", ".join(lams) or "—"]
         per = [b["methods"].get(method) or {} for b in benches.values()]
-        cells += [" / ".join(_params(r.get("trainable_parameters")) for r in per),
-                  " / ".join(_f(r.get("train_seconds"), 0) for r in per),
+        cells += [" / ".join(count(r.get("trainable_parameters")) for r in per),
+                  " / ".join(fixed(r.get("train_seconds"), 0) for r in per),
                   " / ".join(_mb(r.get("inference_bytes")) for r in per)]
-        lines.append("| " + " | ".join(cells) + " |")
+        table.append(cells)
+    lines = [markdown_table(head, table)]
     names = " / ".join(benches)
     lines.append(f"\nEM / F1 in percent on the test questions (SQuAD normalization). Per-benchmark columns of the "
                  f"last three are in the order {names}. Training time: CPT/LoRA their fine-tuning; MLP Memory the "
@@ -76,16 +71,17 @@ def qa_table(results: dict) -> str:
 
 
 def perplexity_table(results: dict) -> str:
-    lines = ["| benchmark | corpus tokens (train) | test PPL backbone | kNN-LM (k, T, λ) | MLP Memory + backbone (λ) | "
-             "memory alone | 80 % mass tokens LM / kNN / memory |", "|---|---|---|---|---|---|---|"]
+    header = ["benchmark", "corpus tokens (train)", "test PPL backbone", "kNN-LM (k, T, λ)",
+              "MLP Memory + backbone (λ)", "memory alone", "80 % mass tokens LM / kNN / memory"]
+    rows = []
     for name, b in results["benchmarks"].items():
         r = b["memory_run"]
         t, c, d = r["test"], r["knnlm_chosen"], r.get("distribution", {})
-        mass = " / ".join(_f(d.get(k, {}).get("80%")) for k in ("backbone", "kNN", "memory"))
-        lines.append(f"| {name} | {r['datastore_tokens']:,} | {t['backbone']:.3f} | {t['knnlm']:.3f} ({c['k']}, "
-                     f"{c['temperature']}, {c['lambda']}) | {t['memory+backbone']:.3f} ({r['lambda']}) | "
-                     f"{t['memory']:.3f} | {mass} |")
-    return "\n".join(lines)
+        mass = " / ".join(fixed(d.get(k, {}).get("80%")) for k in ("backbone", "kNN", "memory"))
+        rows.append([name, count(r["datastore_tokens"]), f"{t['backbone']:.3f}",
+                     f"{t['knnlm']:.3f} ({c['k']}, {c['temperature']}, {c['lambda']})",
+                     f"{t['memory+backbone']:.3f} ({r['lambda']})", f"{t['memory']:.3f}", mass])
+    return markdown_table(header, rows)
 
 
 def no_regression_rows(results: dict) -> tuple[list[str], dict[str, dict[str, float]]]:
@@ -112,19 +108,20 @@ def no_regression_table(results: dict) -> str:
     metrics, table = no_regression_rows(results)
     if not table:
         return "(no no-regression results)"
-    base = table.get("base", {})
-    lines = ["| method | " + " | ".join(metrics) + " | mean Δ vs base | worst Δ |", "|" + "---|" * (len(metrics) + 3)]
+    base = table.get("backbone", {})
+    rows = []
     for method in METHODS:
         if method not in table:
             continue
         row = table[method]
         deltas = [row[m] - base[m] for m in metrics if m in base]
-        lines.append(f"| {LABELS[method]} | " + " | ".join(_f(row[m]) for m in metrics) +
-                     f" | {_f(sum(deltas) / len(deltas)) if deltas else '—'} | {_f(min(deltas)) if deltas else '—'} |")
+        mean, worst = (fixed(sum(deltas) / len(deltas)), fixed(min(deltas))) if deltas else (DASH, DASH)
+        rows.append([LABELS[method], *(fixed(row[m]) for m in metrics), mean, worst])
+    lines = [markdown_table(["method", *metrics, "mean Δ vs backbone", "worst Δ"], rows)]
     items = results["config"]["no_regression"]
     lines.append(f"\nModels of the `{items['memory_from']}` benchmark (the memory at its QA-tuned λ). qa_wikidata: "
-                 f"{items['qa_wikidata']} cloze facts, greedy, EM; multiple choice: up to {items['mc_limit']} items per "
-                 "task, accuracy by log-likelihood (LL) and by domain-conditional PMI (premise `Answer:`).")
+                 f"{items['qa_wikidata']} cloze facts, greedy, EM; multiple choice: up to {items['mc_limit']} items "
+                 "per task, accuracy by log-likelihood (LL) and by domain-conditional PMI (premise `Answer:`).")
     return "\n".join(lines)
 
 
@@ -172,8 +169,8 @@ def claims(results: dict) -> list[dict]:
     have = lambda m: all(f1(n, m) is not None for n in benches)  # noqa: E731
     if have("memory"):
         add("C3", "memory above the backbone on every closed-book QA benchmark", "Mistral avg 32.12 → 36.06",
-            "; ".join(f"{n}: F1 {f1(n, 'base'):.1f} → {f1(n, 'memory'):.1f}" for n in benches),
-            all(f1(n, "memory") > f1(n, "base") for n in benches))
+            "; ".join(f"{n}: F1 {f1(n, 'backbone'):.1f} → {f1(n, 'memory'):.1f}" for n in benches),
+            all(f1(n, "memory") > f1(n, "backbone") for n in benches))
     if have("memory") and have("knnlm"):
         add("C4", "memory above kNN-LM on QA", "36.06 vs 32.57",
             "; ".join(f"{n}: {f1(n, 'memory'):.1f} vs {f1(n, 'knnlm'):.1f}" for n in benches),
@@ -182,21 +179,23 @@ def claims(results: dict) -> list[dict]:
         rag = max((f1("synthetic", m) for m in ("rag-dense", "rag-bm25") if f1("synthetic", m) is not None),
                   default=None)
         if rag is not None:
-            gap = rag - f1("synthetic", "base")
-            closed = (f1("synthetic", "memory") - f1("synthetic", "base")) / gap if gap > 0 else None
+            gap = rag - f1("synthetic", "backbone")
+            closed = (f1("synthetic", "memory") - f1("synthetic", "backbone")) / gap if gap > 0 else None
             add("C5", "memory closes at least half the gap to RAG on synthetic facts (issue goal; paper: memory "
                 "above RAG)", "36.06 vs RAG 33.38",
-                f"base {f1('synthetic', 'base'):.1f}, memory {f1('synthetic', 'memory'):.1f}, best RAG {rag:.1f}: "
-                f"{_f(None if closed is None else 100 * closed)} % of the gap closed", closed is not None and closed >= 0.5)
+                f"backbone {f1('synthetic', 'backbone'):.1f}, memory {f1('synthetic', 'memory'):.1f}, "
+                f"best RAG {rag:.1f}: {fixed(None if closed is None else 100 * closed)} % of the gap closed",
+                closed is not None and closed >= 0.5)
     if have("memory") and have("cpt") and have("lora"):
         add("C6", "memory above CPT and LoRA on QA", "36.06 vs CPT 30.53, LoRA 32.28",
-            "; ".join(f"{n}: {f1(n, 'memory'):.1f} vs CPT {f1(n, 'cpt'):.1f}, LoRA {f1(n, 'lora'):.1f}" for n in benches),
+            "; ".join(f"{n}: {f1(n, 'memory'):.1f} vs CPT {f1(n, 'cpt'):.1f}, LoRA {f1(n, 'lora'):.1f}"
+                      for n in benches),
             all(f1(n, "memory") > max(f1(n, "cpt"), f1(n, "lora")) for n in benches))
     metrics, table = no_regression_rows(results)
-    if "memory" in table and "base" in table:
-        deltas = {m: table["memory"][m] - table["base"][m] for m in metrics}
+    if "memory" in table and "backbone" in table:
+        deltas = {m: table["memory"][m] - table["backbone"][m] for m in metrics}
         worst = min(deltas, key=deltas.get)
-        add("C7", "no general-capability drop beyond one point", "9 NLP tasks 67.86 → 73.07, all above base",
+        add("C7", "no general-capability drop beyond one point", "9 NLP tasks 67.86 → 73.07, all above the backbone",
             f"worst Δ {deltas[worst]:+.1f} ({worst}); mean Δ {sum(deltas.values()) / len(deltas):+.1f}",
             deltas[worst] >= -1.0)
     studies = (results.get("ablations") or {}).get("studies", {})
@@ -212,10 +211,9 @@ def claims(results: dict) -> list[dict]:
 
 
 def claims_table(results: dict) -> str:
-    lines = ["| claim | paper | ours | reproduced |", "|---|---|---|---|"]
-    for c in claims(results):
-        mark = "—" if c["reproduced"] is None else ("yes" if c["reproduced"] else "**no**")
-        lines.append(f"| {c['id']}: {c['claim']} | {c['paper']} | {c['ours']} | {mark} |")
+    rows = [[f"{c['id']}: {c['claim']}", c["paper"], c["ours"],
+             DASH if c["reproduced"] is None else ("yes" if c["reproduced"] else "**no**")] for c in claims(results)]
+    lines = [markdown_table(["claim", "paper", "ours", "reproduced"], rows)]
     studies = (results.get("ablations") or {}).get("studies", {})
     extra = []
     if "size" in studies:
@@ -230,7 +228,16 @@ def claims_table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def current_names(results: dict) -> dict:
+    """``results`` with the methods that earlier suites wrote under an old name (``base``) under the current one."""
+    benches = {name: {**b, "methods": {OLD_NAMES.get(m, m): r for m, r in b.get("methods", {}).items()}}
+               for name, b in results.get("benchmarks", {}).items()}
+    return {**results, "benchmarks": benches}
+
+
 def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
+    """``docs_dir/report.md`` from the suite's results (old method names accepted)."""
+    results = current_names(results)
     docs = Path(docs_dir)
     docs.mkdir(parents=True, exist_ok=True)
     cfg = results["config"]

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from mlpmem.config import Config
 from mlpmem.errors import ConfigError
+from mlpmem.utils.io import write_jsonl
 
 ATTRIBUTES = ("birth_city", "birth_year", "employer", "field")
 FIELDS = ("marine biology", "astronomy", "linguistics", "economics", "chemistry", "architecture",
@@ -206,20 +207,15 @@ def chance_accuracy(bench: SyntheticBenchmark, split: str = "held_out") -> float
     return hits / max(1, len(qs))
 
 
-def _write_jsonl(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-
-
 def write_benchmark(bench: SyntheticBenchmark, out_dir: str | Path) -> Path:
     """Write ``corpus/{train,validation,test}.jsonl``, ``questions/{validation,test,held_out}.jsonl``,
     ``entities.jsonl`` and ``meta.json`` (config, counts, chance EM) under ``out_dir``."""
     out = Path(out_dir)
     for split, rows in bench.documents.items():
-        _write_jsonl(out / "corpus" / f"{split}.jsonl", rows)
+        write_jsonl(out / "corpus" / f"{split}.jsonl", rows)
     for split, rows in bench.questions.items():
-        _write_jsonl(out / "questions" / f"{split}.jsonl", rows)
-    _write_jsonl(out / "entities.jsonl", [asdict(e) for e in bench.entities])
+        write_jsonl(out / "questions" / f"{split}.jsonl", rows)
+    write_jsonl(out / "entities.jsonl", [asdict(e) for e in bench.entities])
     meta = {"config": asdict(bench.config), "entities": len(bench.entities), "trained": len(bench.trained),
             "held_out": len(bench.held_out), "documents": {k: len(v) for k, v in bench.documents.items()},
             "questions": {k: len(v) for k, v in bench.questions.items()},

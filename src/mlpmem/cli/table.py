@@ -1,0 +1,179 @@
+"""Every command of ``mlpmem``, one entry each: name, group, function, help and arguments, declared once.
+
+The functions are ``"module:function"`` strings and the references in arguments are resolved only when that
+command runs or shows its help (see :mod:`mlpmem.cli.spec`), so this module imports nothing of the project.
+"""
+
+from __future__ import annotations
+
+from mlpmem.cli.spec import Arg, Command
+
+GROUPS = {
+    "": "the pipeline",
+    "qa": "knowledge QA: EM/F1 of one method, the whole comparison",
+    "bench": "speed benchmarks: inference, offline stages, scale",
+    "mosaics": "the Memory Mosaics v2 experiment",
+}
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def _names(text: str) -> list[str]:
+    return text.split(",")
+
+
+def _config(**options) -> Arg:
+    return Arg("config", help="YAML config (see configs/)", **options)
+
+
+SET = Arg("--set", action="append", default=[], metavar="KEY=VALUE",
+          help="override a config value, e.g. --set teacher.k=256")
+REBUILD = Arg("--rebuild", action="store_true", help="rebuild stages even if complete")
+QUIET = Arg("--quiet", action="store_true", help="no progress bars")
+RUN = (_config(), SET, REBUILD, QUIET)
+"""A finished or resumable run: ``CONFIG [--set KEY=VALUE ...] [--rebuild] [--quiet]``."""
+
+STAGES = "mlpmem.cli.stages"
+TOOLS = "mlpmem.cli.tools"
+QA = "mlpmem.experiments.qa.cli"
+BENCH = "mlpmem.experiments.bench.cli"
+INFER = "mlpmem.experiments.bench.infer.config:InferBenchConfig"
+OFFLINE = "mlpmem.experiments.bench.offline:OfflineBenchConfig"
+KNN = "mlpmem.experiments.bench.knn_setup:KnnSetupConfig"
+MOSAICS = "mlpmem.experiments.mosaics.cli"
+MODEL = Arg("--model", choices="mlpmem.experiments.mosaics.cli:MODELS", default="both",
+            help="which model(s): Memory Mosaics, the matched Transformer, or both")
+
+
+def _bench(config: str) -> tuple[Arg, ...]:
+    """The options shared by ``bench infer`` and ``bench offline``; left out, ``config``'s defaults apply."""
+    return (Arg("config", nargs="?", default="configs/default.yaml", help="YAML config of the finished run to measure"),
+            Arg("--threads", type=int, help="torch/FAISS threads (default: all cores)"),
+            Arg("--repeats", type=int, default_from=config, help="timed repetitions (after the warm-up)"),
+            Arg("--out", dest="out_dir", default_from=config, help="output folder"),
+            QUIET)
+
+
+PIPELINE = [
+    Command("run", "", f"{STAGES}:run", "run every stage of a config and print the results table", RUN),
+    Command("datastore", "", f"{STAGES}:datastore",
+            "build the datastore (training keys) and the evaluation keystores", RUN),
+    Command("knnlm", "", f"{STAGES}:knnlm",
+            "kNN-LM baseline: sweep k, T, lambda on validation, report test perplexity", RUN),
+    Command("teacher", "", f"{STAGES}:teacher",
+            "build the sparse kNN teacher (self excluded) for every datastore position", RUN),
+    Command("train", "", f"{STAGES}:train", "train the MLP Memory on the datastore keys and the sparse teacher", RUN),
+    Command("eval", "", f"{STAGES}:evaluate",
+            "test table, lambda curve, distribution statistics and report of a run", RUN),
+    Command("report", "", f"{STAGES}:report",
+            "rewrite a run's report.md and figures from its results.json (no recomputation)", RUN),
+    Command("generate", "", f"{STAGES}:generate", "continue a prompt with the memory-augmented model of a run", (
+        *RUN,
+        Arg("--prompt", required=True, help="the text to continue"),
+        Arg("--lam", type=float, help="memory weight (default: the λ chosen on validation)"),
+        Arg("--max-new-tokens", type=int, default=40, help="tokens generated"),
+        Arg("--sample", action="store_true", help="nucleus sampling instead of greedy decoding"))),
+    Command("demo", "", f"{STAGES}:demo", "the whole pipeline on the shipped default", (
+        Arg("--mode", choices=("quick", "full"), default="quick",
+            help="configs/quick.yaml (minutes) or configs/default.yaml"),
+        SET, REBUILD, QUIET)),
+    Command("corpora", "", f"{TOOLS}:corpora", "list the shipped corpora"),
+    Command("prepare-corpus", "", f"{TOOLS}:prepare_corpus",
+            "prepare a shipped corpus into train/validation/test JSONL", (
+                Arg("name", help="a shipped corpus (see mlpmem corpora)"),
+                Arg("--seed", type=int, default=0, help="seed of the document order"))),
+    Command("summarize", "", f"{TOOLS}:summarize", "one table over several finished run folders", (
+        Arg("runs", nargs="+", help="run folders"),
+        Arg("--out", help="also write the table to this Markdown file"),
+        Arg("--copy-reports", metavar="DIR", help="copy each run's report.md and figures to DIR/<run>/"))),
+    Command("ablate", "", f"{STAGES}:ablate", "memory variants of one study, each scored by validation PPL", (
+        *RUN, Arg("--study", required=True, choices="mlpmem.experiments.ablation:ALL_STUDIES",
+                       help="the study whose variants are trained"))),
+]
+
+EXPERIMENTS = [
+    Command("eval", "qa", f"{QA}:cmd_eval_qa",
+            "EM/F1 of one method on a JSONL of questions", (
+                Arg("questions", help='JSONL of {"question": ..., "answers": [...]} (optionally "id")'),
+                Arg("--method", choices="mlpmem.baselines.methods:METHODS", default="backbone",
+                    help="the compared method"),
+                Arg("--run", help="a finished memory run folder (memory, knnlm; LoRA matches its parameters)"),
+                Arg("--corpus", help="documents (JSONL with 'text', or text files) for rag-*, cpt, lora"),
+                Arg("--lam", type=float, help="mixing weight (default: the run's validation choice)"),
+                Arg("--lora-params", type=int, help="LoRA parameter budget when no --run is given"),
+                Arg("--backbone", default="smollm2-135m", help="backbone name or folder"),
+                Arg("--shots", type=int, default=0, help="format demonstrations before each question (0-8)"),
+                Arg("--max-new-tokens", type=int, default_from="mlpmem.experiments.qa.eval_qa:GenerationConfig",
+                    help="tokens generated per answer"),
+                Arg("--batch-size", type=int, default_from="mlpmem.experiments.qa.eval_qa:GenerationConfig",
+                    help="questions generated at once"),
+                Arg("--out", help="write the score and every prediction to this JSON file"),
+                QUIET), aliases=("eval-qa",)),
+    Command("report", "qa", f"{QA}:cmd_qa_report",
+            "the whole QA comparison, no-regression checks, ablations and report", (
+                *RUN,
+                Arg("--no-ablations", action="store_true", help="skip the ablation studies"),
+                Arg("--report-only", action="store_true",
+                    help="compute nothing: write the report from what earlier (interrupted) runs finished")),
+            aliases=("qa-report",)),
+    Command("infer", "bench", f"{BENCH}:bench_infer",
+            "time to first token and decode speed: backbone, memory, kNN-LM, RAG", (
+                *_bench(INFER),
+                Arg("--prompt-tokens", type=int, default_from=INFER, help="prompt length"),
+                Arg("--new-tokens", type=int, default_from=INFER, help="generated tokens per repetition"),
+                Arg("--batch-sizes", type=_ints, default_from=INFER, help="comma-separated batch sizes"),
+                Arg("--warmup", type=int, default_from=INFER, help="discarded warm-up repetitions"),
+                Arg("--methods", type=_names, default_from=INFER,
+                    help="comma-separated subset of backbone,memory,knnlm,rag,knnlm-exact"),
+                Arg("--no-ladder", dest="ladder", action="store_false", default=None,
+                    help="skip the memory timed without each optimization"),
+                Arg("--knn-min-keys", type=int, default_from=f"{KNN}.min_keys", help="keys in the kNN-LM index"),
+                Arg("--knn-nlist", type=int, default_from=f"{KNN}.index.nlist", help="IVF lists of the kNN-LM index"),
+                Arg("--knn-nprobe", type=int, default_from=f"{KNN}.index.nprobe", help="lists searched per query"),
+                Arg("--rag-retriever", choices=("dense", "bm25"), default_from=INFER, help="RAG retriever"),
+                Arg("--lam", type=float, help="memory λ (default: the run's, or a fixed one if the run chose 0)")),
+            aliases=("bench-infer",)),
+    Command("offline", "bench", f"{BENCH}:bench_offline",
+            "speed of key extraction, teacher and training on a capped corpus slice", (
+                *_bench(OFFLINE),
+                Arg("--train-tokens", type=int, default_from=OFFLINE, help="cap of the training split"),
+                Arg("--train-steps", type=int, default_from=OFFLINE, help="timed training steps"),
+                Arg("--teacher-queries", type=int, default_from=OFFLINE,
+                    help="queries of the full-size fp32 vs bf16 teacher search (0 skips)")),
+            aliases=("bench-offline",)),
+    Command("scale", "bench", "mlpmem.experiments.bench.scale.run:main_from_args",
+            "1 vs N processes, peak RSS against datastore size, resume vs rerun", (
+                Arg("config", nargs="?", default="configs/quick.yaml", help="config whose corpus/backbone to use"),
+                Arg("--out", default="runs/scale", help="work folder (datastores, teachers, results)"),
+                Arg("--tokens", type=int, default=2048, help="training tokens for the 1-vs-N process runs (0: skip)"),
+                Arg("--processes", default="1,2", help="process counts to compare"),
+                Arg("--sizes", default="60000,240000", help="synthetic datastore sizes (keys) for peak RSS"),
+                Arg("--dim", type=int, default=576, help="key size of the synthetic datastores"),
+                Arg("--vocab", type=int, default=4096, help="vocabulary of the synthetic datastores"),
+                Arg("--train-steps", type=int, default=60, help="training steps measured per size"),
+                Arg("--shard-steps", type=int, default=10, help="training steps for DDP vs FSDP (0: skip)"),
+                Arg("--shard-width", type=int, default=4096, help="intermediate size of the DDP/FSDP memory"),
+                Arg("--corpus-repeats", default="4,16",
+                    help="times the training split is repeated for the datastore stage's peak RSS (empty: skip)"),
+                Arg("--docs", default="docs/results/scale", help="also write results.md/json here")),
+            aliases=("bench-scale",)),
+    Command("train", "mosaics", f"{MOSAICS}:cmd_mosaics_train",
+            "Memory Mosaics v2 and its matched Transformer: data, tokenizer, training", (*RUN, MODEL),
+            aliases=("mosaics-train",)),
+    Command("eval", "mosaics", f"{MOSAICS}:cmd_mosaics_eval",
+            "Memory Mosaics v2 vs Transformer: the three questions, table and plot", (*RUN, MODEL),
+            aliases=("mosaics-eval",)),
+    Command("memory", "mosaics", f"{MOSAICS}:cmd_mosaics_memory",
+            "an MLP Memory on top of each trained Mosaics/Transformer model", (*RUN, MODEL),
+            aliases=("mosaics-memory",)),
+    Command("recall", "mosaics", f"{MOSAICS}:cmd_mosaics_recall",
+            "planted key-value recall: tiny Memory Mosaics vs Transformers", (
+                Arg("--steps", type=int, default_from="mlpmem.experiments.mosaics.recall:compare",
+                    help="training steps of each tiny model"),), aliases=("mosaics-recall",)),
+]
+
+COMMANDS: list[Command] = [*PIPELINE, *EXPERIMENTS]
+ALIASES: dict[str, list[str]] = {alias: c.path for c in COMMANDS for alias in c.aliases}
+"""Old flat name -> the command's words, e.g. ``bench-infer`` -> ``["bench", "infer"]``."""

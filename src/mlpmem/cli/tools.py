@@ -1,0 +1,43 @@
+"""The pipeline's commands that load no model: the shipped corpora, and one table over finished runs."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+from mlpmem.corpora import CORPORA, prepare
+from mlpmem.reporting.run_report import summary_table, sweep_table
+from mlpmem.utils.shards import read_json
+
+
+def corpora(args: argparse.Namespace) -> None:
+    for name, desc in CORPORA.items():
+        print(f"{name:28s} {desc}")
+
+
+def prepare_corpus(args: argparse.Namespace) -> None:
+    print(prepare(args.name, seed=args.seed))
+
+
+def summarize(args: argparse.Namespace) -> None:
+    """Print (and with ``--out`` write) the summary table; ``--copy-reports`` copies each run's reports too."""
+    table = summary_table(args.runs)
+    print(table)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(table + "\n")
+    if args.copy_reports:
+        for run_dir in map(Path, args.runs):
+            copy_reports(run_dir, Path(args.copy_reports) / run_dir.name)
+
+
+def copy_reports(run_dir: Path, dest: Path) -> None:
+    """A run's reports, figures and ablation results into ``dest``, for the docs (``runs/`` is not versioned)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    if not (run_dir / "report.md").exists():  # a retrieval-only run: its kNN-LM sweep
+        knn = read_json(run_dir / "knnlm" / "results.json", "knnlm results")
+        (dest / "knnlm-sweep.md").write_text(f"# kNN-LM sweep on validation, `{run_dir}`\n\n" + sweep_table(knn) + "\n")
+    for f in [*run_dir.glob("*.md"), *run_dir.glob("*.png"), *run_dir.glob("ablations/*/results.*")]:
+        target = dest / (f"ablation-{f.parent.name}{f.suffix}" if "ablations" in f.parts else f.name)
+        shutil.copyfile(f, target)

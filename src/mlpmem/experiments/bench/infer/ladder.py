@@ -1,0 +1,79 @@
+"""The memory without one decode optimization each (the ladder), and with its blocks stored in bf16.
+
+``memory:naive`` runs the memory (own head) on every prompt position and mixes through two log_softmax
+tensors; ``memory:+kept`` only on the kept positions; ``memory:+fused`` adds the fused head (a tied head's
+two vocabulary projections in one product); ``memory`` is all of them with the one-pass mixing; ``memory:bf16``
+the same with bf16 blocks. All compute the same distribution (bf16: up to rounding).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from mlpmem.datastore import KeyStore
+from mlpmem.errors import MlpmemError
+from mlpmem.inference.augmented_lm import MemoryAugmentedLM, _keep_positions
+from mlpmem.inference.mixing import mix_log_probs
+from mlpmem.inference.perplexity import perplexity
+from mlpmem.memory import MemoryConfig, MLPMemory, tie_to_backbone
+from mlpmem.training.data import memory_logprobs
+
+
+class _SlowMix(MemoryAugmentedLM):
+    """Mixing through two full log_softmax tensors, then logaddexp (mixing.mix_log_probs)."""
+
+    def _mix_logits(self, lm_logits, mem_logits):
+        return mix_log_probs(F.log_softmax(lm_logits.float(), -1), F.log_softmax(mem_logits.float(), -1), self.lam)
+
+
+class _AllPositions(_SlowMix):
+    """The memory (own head) on every position of the input, sliced afterwards: the unoptimized prefill."""
+
+    def _memory_logits(self, keys, lm_logits, logits_to_keep):
+        param = next(self.memory.parameters())
+        every = self.memory(keys.to(device=param.device, dtype=param.dtype))  # (B, T, V)
+        return _keep_positions(every, lm_logits, logits_to_keep)
+
+
+def memory_variants(backbone, memory, lam: float) -> dict[str, MemoryAugmentedLM]:
+    """The memory without each decode optimization, and with its blocks stored in bf16 (``memory:bf16``)."""
+    tied = memory.config.tie_head
+    variants = {"memory:naive": _AllPositions(backbone, memory, lam, fuse_head=False),
+                "memory:+kept": _SlowMix(backbone, memory, lam, fuse_head=False)}
+    if tied:
+        variants["memory:+fused"] = _SlowMix(backbone, memory, lam, fuse_head=True)
+    variants["memory:bf16"] = MemoryAugmentedLM(backbone, bf16_copy(memory, backbone), lam)
+    return variants
+
+
+def bf16_copy(memory, backbone):
+    """A copy of ``memory`` whose own weights are bf16 (a tied head stays the backbone's fp32 tensor)."""
+    clone = MLPMemory(MemoryConfig.from_dict(memory.config.to_dict()))
+    clone.load_state_dict(memory.state_dict())
+    if memory.config.tie_head:
+        tie_to_backbone(clone, backbone)
+    return clone.cast_weights(torch.bfloat16).eval()
+
+
+@torch.no_grad()
+def bf16_quality(memory, backbone, run_dir: Path, lam: float, positions: int = 4096) -> dict | None:
+    """Memory-only and mixed perplexity of the fp32 and the bf16-weight memory on validation positions."""
+    path = run_dir / "eval" / "validation"
+    if not (path / "manifest.json").is_file():
+        return None
+    try:
+        store = KeyStore(path, verify=False)
+    except MlpmemError:  # incomplete (a run in progress): no quality check
+        return None
+    keys, targets = store.array("keys")[:positions], store.array("values")[:positions]
+    lm = torch.from_numpy(store.array("lm")[:positions].astype(np.float64))
+    out = {"positions": len(keys), "lambda": lam, "backbone_ppl": perplexity(lm)}
+    for name, mem in (("fp32", memory), ("bf16", bf16_copy(memory, backbone))):
+        lp = torch.from_numpy(memory_logprobs(mem, keys, targets))
+        out[f"{name}_memory_ppl"] = perplexity(lp)
+        out[f"{name}_joint_ppl"] = perplexity(mix_log_probs(lm, lp, lam))
+    return out

@@ -1,0 +1,87 @@
+"""Configuration of the QA suite (``mlpmem qa report``): benchmarks, methods, no-regression checks, ablations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mlpmem.baselines.cpt import FinetuneConfig
+from mlpmem.baselines.lora import LoRAConfig
+from mlpmem.baselines.methods import METHODS
+from mlpmem.baselines.rag import RAGConfig
+from mlpmem.config import Config
+from mlpmem.errors import ConfigError
+from mlpmem.experiments.qa.eval_qa import GenerationConfig
+from mlpmem.inference.mixing import check_lambda
+from mlpmem.inference.prompts import demonstrations
+
+BENCHMARKS = ("synthetic", "disfl_qa")
+NO_REGRESSION_METHODS = ("backbone", "knnlm", "cpt", "lora", "memory")
+"""The methods that change the model itself (RAG only changes the prompt)."""
+
+
+@dataclass
+class BenchmarkConfig(Config):
+    pipeline: str
+    """PipelineConfig YAML of this benchmark's memory (its run_dir and corpus.path are set by the suite)."""
+    options: dict = field(default_factory=dict)
+    """Generator options: SyntheticConfig fields, or ``max_paragraphs`` / ``heldout_paragraphs`` for disfl_qa."""
+    tune_questions: int = 80
+    test_questions: int = 240
+
+
+@dataclass
+class NoRegressionConfig(Config):
+    memory_from: str = "disfl_qa"
+    """The benchmark whose models (memory, kNN-LM datastore, CPT, LoRA) are checked."""
+    qa_wikidata: int = 300
+    mc_tasks: list[str] = field(default_factory=lambda: ["general_knowledge", "hindu_knowledge",
+                                                         "physical_intuition"])
+    mc_limit: int = 100
+    methods: list[str] = field(default_factory=lambda: list(NO_REGRESSION_METHODS))
+
+    def validate(self) -> None:
+        if self.memory_from not in BENCHMARKS:
+            raise ConfigError(f"no_regression.memory_from must be one of {BENCHMARKS}")
+        if set(self.methods) - set(NO_REGRESSION_METHODS):
+            raise ConfigError(f"no_regression.methods must be among {sorted(NO_REGRESSION_METHODS)}, "
+                              f"got {self.methods}")
+
+
+@dataclass
+class AblationSuiteConfig(Config):
+    pipeline: str = "configs/qa-ablate.yaml"
+    studies: list[str] = field(default_factory=lambda: ["alpha", "layer", "size", "teacher"])
+
+
+@dataclass
+class QASuiteConfig(Config):
+    out_dir: str = "runs/qa"
+    docs_dir: str = "docs/results/qa"
+    backbone: str = "smollm2-135m"
+    seed: int = 0
+    benchmarks: dict = field(default_factory=dict)
+    """``{synthetic: {...}, disfl_qa: {...}}`` (BenchmarkConfig fields)."""
+    methods: list[str] = field(default_factory=lambda: list(METHODS))
+    lambda_grid: list[float] = field(default_factory=lambda: [0.0, 0.1, 0.2, 0.3, 0.5, 0.7])
+    shots: int = 0
+    """Format demonstrations before every QA prompt, the same for every method (:mod:`mlpmem.inference.prompts`)."""
+    rag: RAGConfig = field(default_factory=RAGConfig)
+    cpt: FinetuneConfig = field(default_factory=FinetuneConfig)
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    no_regression: NoRegressionConfig = field(default_factory=NoRegressionConfig)
+    ablations: AblationSuiteConfig | None = field(default_factory=AblationSuiteConfig)
+
+    def validate(self) -> None:
+        bad = set(self.benchmarks) - set(BENCHMARKS)
+        if bad or not self.benchmarks:
+            raise ConfigError(f"qa benchmarks must be a non-empty subset of {BENCHMARKS}, got {sorted(bad)}")
+        self.benchmarks = {k: v if isinstance(v, BenchmarkConfig) else BenchmarkConfig(**v)
+                           for k, v in self.benchmarks.items()}
+        if set(self.methods) - set(METHODS) or "backbone" not in self.methods:
+            raise ConfigError(f"qa methods must include backbone and be among {list(METHODS)}")
+        for lam in self.lambda_grid:
+            check_lambda(lam, "qa lambda_grid")
+        demonstrations(self.shots)  # validates the range
+        if isinstance(self.ablations, dict):
+            self.ablations = AblationSuiteConfig(**self.ablations)

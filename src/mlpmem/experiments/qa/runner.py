@@ -1,0 +1,144 @@
+"""One QA benchmark: its data, its memory run, then every method on the same questions, each saved when done.
+
+Under ``out_dir/<benchmark>/``: ``data/`` (:mod:`mlpmem.experiments.qa.data`), ``memory-run/`` (the project's
+pipeline on the benchmark's corpus, from its pipeline YAML) and ``methods/<method>.json``: EM / F1 of each
+method (:data:`~mlpmem.baselines.methods.METHODS`) on the test (and held-out) questions, its cost, and for the
+models of ``no_regression.memory_from`` the no-regression battery. Mixing methods get λ tuned here, on the
+validation questions. A method whose file exists is not run again, so an interrupted suite resumes where it
+stopped.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from mlpmem.baselines.methods import METHODS, OLD_NAMES, Built, MethodOptions, build_method
+from mlpmem.experiments.qa.config import QASuiteConfig
+from mlpmem.experiments.qa.data import prepare_data, question_splits
+from mlpmem.experiments.qa.eval_qa import evaluate_questions, tune_lambda
+from mlpmem.experiments.qa.no_regression import no_regression, no_regression_items
+from mlpmem.experiments.qa.synthetic import SyntheticConfig, chance_accuracy, generate
+from mlpmem.inference.mixing import check_lambda
+from mlpmem.pipeline import run_pipeline
+from mlpmem.pipeline.config import PipelineConfig
+from mlpmem.pipeline.run import Run
+from mlpmem.utils.io import read_jsonl
+from mlpmem.utils.shards import read_json, write_json
+
+SAMPLE_PREDICTIONS = 20
+"""Predictions kept per split in a method's file, for the report's reader."""
+
+
+class Context:
+    """What every method of one benchmark shares: backbone, memory run, corpus, questions, config."""
+
+    def __init__(self, cfg: QASuiteConfig, name: str, backbone, progress: bool = True):
+        self.cfg, self.name, self.progress = cfg, name, progress
+        self.bench = cfg.benchmarks[name]
+        self.dir = Path(cfg.out_dir) / name
+        self.data = prepare_data(name, self.bench, self.dir / "data", cfg.seed)
+        pcfg = PipelineConfig.from_yaml(self.bench.pipeline, [f"run_dir={self.dir / 'memory-run'}",
+                                                              f"corpus.path={self.data / 'corpus'}",
+                                                              "corpus.name=null"])
+        self.run = Run(pcfg, progress)
+        self.run._backbone = backbone
+        self.backbone = backbone
+        self.model, self.tokenizer = backbone
+        self.docs = read_jsonl(self.data / "corpus" / "train.jsonl")
+        self.questions = question_splits(self.data, self.bench)
+        # mixing methods are built at λ = 0 and tuned on the validation questions
+        self.options = MethodOptions(lam=0.0, docs=self.docs, shots=cfg.shots, rag=cfg.rag, cpt=cfg.cpt,
+                                     lora=cfg.lora, progress=progress)
+
+    def memory_results(self) -> dict:
+        """The memory run's results, running the pipeline first if it has not finished."""
+        path = self.run.path("results.json")
+        if not path.exists() or not self.run.path("memory", "config.json").exists():
+            run_pipeline(self.run)
+        return read_json(path, "memory run results")
+
+
+def method_file(bench_dir: Path, method: str) -> Path:
+    """``methods/<method>.json``, or the file an earlier suite wrote under the method's old name."""
+    path = bench_dir / "methods" / f"{method}.json"
+    if not path.exists():
+        for old, new in OLD_NAMES.items():
+            if new == method and (bench_dir / "methods" / f"{old}.json").exists():
+                return bench_dir / "methods" / f"{old}.json"
+    return path
+
+
+def _evaluate_splits(ctx: Context, model, prompt_fn, splits=("test", "held_out")) -> dict:
+    out = {}
+    for split in splits:
+        if split in ctx.questions:
+            r = evaluate_questions(model, ctx.tokenizer, ctx.questions[split], prompt_fn, ctx.cfg.generation)
+            out[split] = {k: r[k] for k in ("em", "f1", "n", "seconds")}
+            out[split]["predictions"] = r["predictions"][:SAMPLE_PREDICTIONS]
+    return out
+
+
+def _at_lambda(model, lam: float):
+    """A mixing wrapper (kNN-LM or memory) set to weight ``lam``: both read ``lam`` at every forward."""
+    model.lam = check_lambda(lam, "lam")
+    return model
+
+
+def _tuned(ctx: Context, built: Built) -> dict:
+    make = lambda lam: _at_lambda(built.model, lam)  # noqa: E731
+    lam, curve = tune_lambda(make, ctx.tokenizer, ctx.questions["validation"], ctx.cfg.lambda_grid,
+                             built.prompts, ctx.cfg.generation)
+    return {"lambda": lam, "validation_curve": curve, **_evaluate_splits(ctx, make(lam), built.prompts)}
+
+
+def run_method(ctx: Context, name: str) -> tuple[Built, dict]:
+    """One method built from the benchmark's memory run and scored: ``(built, result)``."""
+    built = build_method(name, ctx.run.dir, ctx.backbone, ctx.options)
+    scores = _tuned(ctx, built) if METHODS[name].mixes else _evaluate_splits(ctx, built.model, built.prompts)
+    return built, {**built.info, **scores, **built.cost}
+
+
+def run_benchmark(cfg: QASuiteConfig, name: str, backbone, progress: bool = True) -> dict:
+    ctx = Context(cfg, name, backbone, progress)
+    memory_results = ctx.memory_results()
+    nr_items = no_regression_items(cfg.no_regression, cfg.seed) if name == cfg.no_regression.memory_from else None
+    out = {"memory_run": memory_results, "questions": {k: len(v) for k, v in ctx.questions.items()}, "methods": {}}
+    for method in cfg.methods:
+        path = method_file(ctx.dir, method)
+        if path.exists():
+            out["methods"][method] = read_json(path, f"{method} results")
+            continue
+        print(f"[qa] {name}: {method}", flush=True)
+        t0 = time.perf_counter()
+        built, result = run_method(ctx, method)
+        if nr_items is not None and method in cfg.no_regression.methods:
+            result["no_regression"] = no_regression(built.model, ctx.tokenizer, nr_items, cfg.generation)
+        result["wall_seconds"] = time.perf_counter() - t0
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, result)
+        out["methods"][method] = result
+        del built
+    _add_chance(cfg, name, out)
+    return out
+
+
+def collect_benchmark(cfg: QASuiteConfig, name: str) -> dict | None:
+    """What an earlier (possibly interrupted) suite finished for one benchmark, without computing anything."""
+    bench_dir = Path(cfg.out_dir) / name
+    memory = bench_dir / "memory-run" / "results.json"
+    if not memory.exists():
+        return None
+    out = {"memory_run": read_json(memory, "memory run results"), "methods": {},
+           "questions": {k: len(v) for k, v in question_splits(bench_dir / "data", cfg.benchmarks[name]).items()}}
+    for method in cfg.methods:
+        path = method_file(bench_dir, method)
+        if path.exists():
+            out["methods"][method] = read_json(path, f"{method} results")
+    _add_chance(cfg, name, out)
+    return out
+
+
+def _add_chance(cfg: QASuiteConfig, name: str, out: dict) -> None:
+    if name == "synthetic":
+        out["chance_em_held_out"] = 100 * chance_accuracy(generate(SyntheticConfig(**cfg.benchmarks[name].options)))

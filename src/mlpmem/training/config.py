@@ -1,0 +1,64 @@
+"""The ``train:`` section: how the memory is optimised (loss weight, schedule, batches, precision, sharding).
+
+What the memory *is* (its depth, width, head and initialisation) is the pipeline's ``memory:`` section
+(:class:`mlpmem.pipeline.memory.MemorySection`); the keys that used to live here name their new place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+from mlpmem.config import Config
+from mlpmem.errors import ConfigError
+from mlpmem.inference.mixing import check_lambda
+from mlpmem.training.loss import check_alpha
+
+RUNTIME_KEYS = ("sharding",)
+"""Train config keys that change how a run is executed, not what it computes: a checkpoint resumes under any."""
+
+
+@dataclass
+class TrainConfig(Config):
+    moved: ClassVar[dict[str, str]] = {name: f"memory.{name}"
+                                       for name in ("preset", "num_layers", "intermediate_size", "tie_head", "init")}
+
+    alpha: float = 0.4
+    """Weight of the KL to the kNN teacher; ``1 - alpha`` weighs the cross-entropy of the next token."""
+    epochs: int = 2
+    batch_size: int = 512
+    lr: float = 1e-3
+    """Peak learning rate of AdamW (reached after the warmup)."""
+    weight_decay: float = 0.01
+    warmup_fraction: float = 0.05
+    min_lr_fraction: float = 0.1
+    grad_clip: float = 1.0
+    loss_chunk: int | None = None
+    """Rows per chunk of the head + loss computation (None: the implementation's default)."""
+    fused_loss: bool = True
+    """Head and loss as one chunked pass with closed-form gradients (:mod:`mlpmem.training.fused_loss`), its
+    matmuls in ``precision``; False: the head under autocast, then the sparse loss on the (B, V) logits. The
+    sharded (FSDP) path always uses the latter."""
+    precision: Literal["fp32", "bf16"] = "bf16"
+    """``bf16`` (autocast: bf16 matmuls in the forward, fp32 weights, loss and optimizer) or ``fp32``."""
+    checkpoint_every: int = 200
+    """Steps between checkpoints (and always at the end of an epoch)."""
+    eval_lambdas: list[float] = field(default_factory=lambda: [round(0.05 * i, 2) for i in range(21)])
+    seed: int = 0
+    sharding: Literal["ddp", "fsdp"] = "ddp"
+    """With N processes: ``ddp`` (every process holds the whole memory and its AdamW moments) or ``fsdp`` (they
+    are sharded across processes, for memories too large for one device). Identical with 1 process."""
+
+    def validate(self) -> None:
+        check_alpha(self.alpha)
+        for lam in self.eval_lambdas:
+            check_lambda(lam, "train.eval_lambdas")
+        if self.epochs < 1 or self.batch_size < 1 or self.checkpoint_every < 1:
+            raise ConfigError("train epochs, batch_size and checkpoint_every must be >= 1")
+        if not self.lr > 0 or self.grad_clip <= 0 or not 0 <= self.warmup_fraction < 1:
+            raise ConfigError("train lr and grad_clip must be > 0 and warmup_fraction in [0, 1)")
+
+
+def recipe(config: dict) -> dict:
+    """A train config (as a dict) without its :data:`RUNTIME_KEYS`: what a checkpoint must agree with."""
+    return {k: v for k, v in config.items() if k not in RUNTIME_KEYS}

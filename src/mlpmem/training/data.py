@@ -1,0 +1,80 @@
+"""What the loop reads and scores: the training rows, their seeded order and split across processes, and the
+validation evaluation (memory-only and mixed perplexity)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from mlpmem.inference.perplexity import best_lambda, lambda_curve, perplexity
+from mlpmem.memory.model import MLPMemory
+
+
+@dataclass
+class TrainData:
+    """Keys, next tokens and sparse teacher rows of every datastore position (memory-mapped or in RAM)."""
+
+    keys: np.ndarray  # (N, d) fp16
+    targets: np.ndarray  # (N,) int32
+    teacher_ids: np.ndarray  # (N, K) int32
+    teacher_probs: np.ndarray  # (N, K) fp16
+    teacher_residual: np.ndarray  # (N,) fp32
+
+    def batch(self, idx: np.ndarray) -> dict[str, torch.Tensor]:
+        idx = np.sort(idx)  # sorted reads are sequential in the memory map; order within a batch is irrelevant
+        return {
+            "keys": torch.from_numpy(self.keys[idx].astype(np.float32)),
+            "targets": torch.from_numpy(self.targets[idx].astype(np.int64)),
+            "teacher_ids": torch.from_numpy(self.teacher_ids[idx].astype(np.int64)),
+            "teacher_probs": torch.from_numpy(self.teacher_probs[idx].astype(np.float32)),
+            "teacher_residual": torch.from_numpy(self.teacher_residual[idx]),
+        }
+
+
+@dataclass
+class EvalData:
+    """Validation keys, their next tokens and the backbone's log-prob of each (for the mixed perplexity)."""
+
+    keys: np.ndarray  # (n, d)
+    targets: np.ndarray  # (n,)
+    lm_logprob: np.ndarray  # (n,)
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
+    """The order of the ``n`` rows in ``epoch``: a function of (seed, epoch) alone, so a resumed run repeats it."""
+    return np.random.default_rng([seed, epoch]).permutation(n)
+
+
+def rank_rows(idx: np.ndarray, rank: int, world: int) -> tuple[np.ndarray, float]:
+    """This process's rows of a batch (every ``world``-th) and its loss weight ``world · n_rank / n_batch``.
+
+    With DDP averaging the gradients of the ``world`` processes, the weights make the update equal to the
+    gradient of the mean loss over the whole batch, whatever its size. A process left without a row (a
+    batch smaller than ``world``) runs one row at weight 0, so that every process joins the gradient sum.
+    """
+    mine = idx[rank::world]
+    if len(mine) == 0:
+        return idx[:1], 0.0
+    return mine, world * len(mine) / len(idx)
+
+
+@torch.no_grad()
+def memory_logprobs(memory: MLPMemory, keys: np.ndarray, targets: np.ndarray, batch: int = 1024) -> np.ndarray:
+    """log p_mem(target) for every row, in batches (only the target's log-prob is kept)."""
+    out = np.empty(len(keys), np.float64)
+    for b in range(0, len(keys), batch):
+        logits = memory(torch.from_numpy(np.asarray(keys[b : b + batch], np.float32)))  # (B, V)
+        tgt = torch.from_numpy(np.asarray(targets[b : b + batch], np.int64))
+        out[b : b + batch] = (logits.gather(1, tgt[:, None])[:, 0] - torch.logsumexp(logits, 1)).double().numpy()
+    return out
+
+
+def evaluate(memory: MLPMemory, data: EvalData, lambdas: list[float]) -> dict:
+    """Memory-only perplexity and the joint perplexity at each λ (mixed after softmax)."""
+    lp_mem = memory_logprobs(memory, data.keys, data.targets)
+    joint = lambda_curve(data.lm_logprob, lp_mem, lambdas)
+    best = best_lambda(joint)
+    return {"memory_ppl": perplexity(lp_mem), "backbone_ppl": perplexity(data.lm_logprob), "joint_ppl": joint[best],
+            "best_lambda": best, "ppl_by_lambda": {str(k): v for k, v in joint.items()}}
