@@ -21,7 +21,9 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
+import mlpmem.mosaics  # noqa: F401 - registers Memory Mosaics v2 with the Auto classes
 from mlpmem.config import Config
 from mlpmem.errors import ConfigError, FingerprintMismatch, MlpmemError
 from mlpmem.utils.io import cache_root
@@ -69,8 +71,6 @@ def ensure_shipped(name: str) -> Path:
     target = cache_root() / "models" / name
     if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
         return target
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     gguf = _locate_gguf(SHIPPED_MODELS[name])
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -90,10 +90,6 @@ def ensure_shipped(name: str) -> Path:
 
 def load_backbone(name: str = DEFAULT_BACKBONE, dtype: torch.dtype = torch.float32):
     """Load ``(model, tokenizer)`` from a shipped name, a hub name or a local folder; model in eval mode."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    import mlpmem.mosaics  # noqa: F401 - registers Memory Mosaics v2 with the Auto classes
-
     path = ensure_shipped(name) if name in SHIPPED_MODELS else name
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)

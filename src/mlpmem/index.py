@@ -26,6 +26,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import faiss
 import numpy as np
 import torch
 
@@ -160,8 +161,6 @@ class FaissIndex:
 
     @classmethod
     def build(cls, store, cfg: IndexConfig, kind: str) -> FaissIndex:
-        import faiss
-
         n, d = store.num_rows, store.hidden_size
         nlist = min(cfg.resolved_nlist(n), max(1, n // 39))  # FAISS wants >= 39 training points per list
         quantizer = faiss.IndexFlatL2(d)
@@ -185,8 +184,6 @@ class FaissIndex:
 
     def save(self, folder: str | Path, settings: dict) -> None:
         """Write ``index.faiss`` atomically and ``index.json`` with its sha256 and the settings it was built with."""
-        import faiss
-
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / "index.faiss.tmp"
@@ -204,8 +201,6 @@ class FaissIndex:
     @classmethod
     def open(cls, folder: str | Path, store, settings: dict) -> FaissIndex:
         """Reopen a saved index memory-mapped; raises if it fails its checksum or was built otherwise."""
-        import faiss
-
         folder = Path(folder)
         meta = read_json(folder / "index.json", f"index {folder}")
         for key, value in settings.items():
@@ -244,8 +239,6 @@ def _on_gpu(index) -> bool:
 
 def _to_gpu(index):
     """Move a FAISS index to every visible GPU when FAISS was built with GPU support (faiss-gpu)."""
-    import faiss
-
     if hasattr(faiss, "index_cpu_to_all_gpus") and faiss.get_num_gpus() > 0:
         return faiss.index_cpu_to_all_gpus(index)
     return index

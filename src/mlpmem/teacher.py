@@ -34,6 +34,7 @@ from mlpmem.utils.distributed import (
     open_build,
     write_record,
 )
+from mlpmem.utils.runtime import set_threads
 from mlpmem.utils.shards import (
     MANIFEST,
     ShardedRows,
@@ -150,8 +151,6 @@ def build_teacher(datastore_dir: str | Path, out_dir: str | Path, cfg: TeacherCo
     a contiguous slice of the pending shards against the shared index (a FAISS index is built once, saved
     under ``out_dir/index`` and reopened memory-mapped by every process) and process 0 merges the records.
     """
-    from mlpmem.utils.runtime import set_threads
-
     dist = dist or current()
     set_threads()
     store = KeyStore(datastore_dir)

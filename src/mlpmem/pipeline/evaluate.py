@@ -10,7 +10,16 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from mlpmem.backbone import KeyHook
+from mlpmem.corpora.documents import document_lengths, make_windows
+from mlpmem.datastore import KeyStore, pad_windows
 from mlpmem.inference.perplexity import best_lambda, lambda_curve, perplexity
+from mlpmem.memory import MLPMemory
+from mlpmem.pipeline.corpus import split_tokens
+from mlpmem.pipeline.train import eval_data
+from mlpmem.reporting.run_report import write_run_report
+from mlpmem.teacher import aggregate_by_token, exclude_and_weight
+from mlpmem.training.data import memory_logprobs
 from mlpmem.utils.shards import read_json, write_json
 
 LAMBDAS = [round(0.05 * i, 2) for i in range(21)]
@@ -29,10 +38,8 @@ def _directory_bytes(path) -> int:
 
 
 def load_memory(run):
-    from mlpmem.memory import MLPMemory
-
     model, tokenizer = run.backbone
-    return MLPMemory.from_pretrained(run.path("memory"), backbone_model=model, backbone_tokenizer=tokenizer)
+    return MLPMemory.from_pretrained(run.layout.memory, backbone_model=model, backbone_tokenizer=tokenizer)
 
 
 @torch.no_grad()
@@ -41,12 +48,6 @@ def distribution_stats(run, memory, num_positions: int = 1024) -> dict:
 
     Measured on the first ``num_positions`` test positions (paper Tables 7-8).
     """
-    from mlpmem.backbone import KeyHook
-    from mlpmem.corpora.documents import document_lengths, make_windows
-    from mlpmem.datastore import KeyStore, pad_windows
-    from mlpmem.pipeline.corpus import split_tokens
-    from mlpmem.teacher import aggregate_by_token, exclude_and_weight
-
     cfg, (model, _) = run.cfg, run.backbone
     docs = split_tokens(run, "test")
     lm_rows, key_rows, n = [], [], 0
@@ -61,10 +62,10 @@ def distribution_stats(run, memory, num_positions: int = 1024) -> dict:
             break
     p_lm = torch.cat(lm_rows)[:num_positions]  # (n, V)
     p_mem = torch.softmax(memory(torch.cat(key_rows)[:num_positions]), -1)  # (n, V)
-    knn = read_json(run.path("knnlm", "results.json"), "knnlm results")["chosen"]
-    dists = np.load(run.path("knnlm", "test", "dists.npy"), mmap_mode="r")[:num_positions, : knn["k"]]
-    nbr = np.load(run.path("knnlm", "test", "ids.npy"), mmap_mode="r")[:num_positions, : knn["k"]]
-    values = KeyStore(run.path("datastore"), verify=False).array("values")
+    knn = read_json(run.layout.knnlm_results, "knnlm results")["chosen"]
+    dists = np.load(run.layout.neighbours("test") / "dists.npy", mmap_mode="r")[:num_positions, : knn["k"]]
+    nbr = np.load(run.layout.neighbours("test") / "ids.npy", mmap_mode="r")[:num_positions, : knn["k"]]
+    values = KeyStore(run.layout.datastore, verify=False).array("values")
     w = exclude_and_weight(torch.from_numpy(np.array(dists)), torch.from_numpy(np.array(nbr)), None, knn["k"],
                            knn["temperature"])
     _, p_knn = aggregate_by_token(torch.from_numpy(values[np.clip(nbr, 0, None)].astype(np.int64)), w, knn["k"])
@@ -74,12 +75,8 @@ def distribution_stats(run, memory, num_positions: int = 1024) -> dict:
 
 def stage_eval(run, num_positions: int = 1024) -> dict:
     """The test table of a run (and its PNG), written to ``run_dir/results.json`` and ``report.md``."""
-    from mlpmem.datastore import KeyStore
-    from mlpmem.pipeline.train import eval_data
-    from mlpmem.training.data import memory_logprobs
-
     memory = load_memory(run).eval()
-    knn = read_json(run.path("knnlm", "results.json"), "knnlm results")
+    knn = read_json(run.layout.knnlm_results, "knnlm results")
     splits = {}
     for split in ("validation", "test"):
         data = eval_data(run, split)
@@ -87,7 +84,7 @@ def stage_eval(run, num_positions: int = 1024) -> dict:
     curve = lambda_curve(*splits["validation"], LAMBDAS)
     lam = best_lambda(curve)
     lm_test, mem_test = splits["test"]
-    store = KeyStore(run.path("datastore"), verify=False)
+    store = KeyStore(run.layout.datastore, verify=False)
     train = run.timings().get("train", {})
     results = {
         "lambda": lam,
@@ -105,7 +102,7 @@ def stage_eval(run, num_positions: int = 1024) -> dict:
                                    if (r["k"], r["temperature"]) == (knn["chosen"]["k"], knn["chosen"]["temperature"])},
         "memory_parameters": memory.num_parameters(),
         "memory_trainable_parameters": memory.num_parameters(trainable_only=True),
-        "memory_bytes": _directory_bytes(run.path("memory")),
+        "memory_bytes": _directory_bytes(run.layout.memory),
         "memory_tied_head": memory.config.tie_head,
         "datastore_bytes": _directory_bytes(store.path),
         "datastore_tokens": store.num_rows,
@@ -113,8 +110,7 @@ def stage_eval(run, num_positions: int = 1024) -> dict:
         "train_tokens_per_s": train.get("tokens_per_s"),
         "distribution": distribution_stats(run, memory, num_positions),
     }
-    write_json(run.path("results.json"), results)
-    from mlpmem.reporting.run_report import write_run_report
+    write_json(run.layout.results, results)
 
     write_run_report(run, results)
     return results

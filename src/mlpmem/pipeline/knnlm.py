@@ -18,12 +18,15 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from mlpmem.backbone import check_fingerprint
 from mlpmem.config import Config
 from mlpmem.datastore import KeyStore
-from mlpmem.errors import ConfigError, CorpusError
+from mlpmem.errors import ConfigError, CorpusError, FingerprintMismatch
+from mlpmem.index import IndexConfig, build_index
 from mlpmem.inference.mixing import check_lambda, mix_log_probs
 from mlpmem.inference.perplexity import perplexity
 from mlpmem.pipeline.run import Run
+from mlpmem.utils.runtime import set_threads
 from mlpmem.utils.shards import read_json, save_array, write_json
 
 
@@ -119,26 +122,22 @@ def best(rows: list[dict]) -> dict:
 
 def stage_knnlm(run: Run) -> dict:
     """Search eval queries once, sweep (k, T, λ) on validation, apply the best to test."""
-    from mlpmem.datastore import KeyStore
-    from mlpmem.index import IndexConfig, build_index
-    from mlpmem.utils.runtime import set_threads
-
     set_threads()
     cfg = run.cfg.knnlm
-    store = KeyStore(run.path("datastore"))
+    store = KeyStore(run.layout.datastore)
     if cfg.k_max > store.num_rows:
         raise CorpusError(f"knnlm k={cfg.k_max} is larger than the datastore ({store.num_rows} keys)")
     index = None
     splits = {}
     for split in ("validation", "test"):
-        queries = KeyStore(run.path("eval", split))
+        queries = KeyStore(run.layout.keystore(split))
         _check_same_keys(store, queries)
         t0 = time.perf_counter()
-        cached = run.path("knnlm", split, "neighbours.json").exists()
+        cached = (run.layout.neighbours(split) / "neighbours.json").exists()
         if not cached:
             index_cfg = IndexConfig(kind="exact") if cfg.exact else run.cfg.teacher.index
             index = index or build_index(store, index_cfg)
-        dists, ids = search_neighbours(index, queries, cfg.k_max, run.path("knnlm", split), cfg.query_batch,
+        dists, ids = search_neighbours(index, queries, cfg.k_max, run.layout.neighbours(split), cfg.query_batch,
                                              run.progress)
         if not cached:  # a reused neighbour list is not a measurement
             run.record_timing(f"knn_search_{split}", queries=queries.num_rows, seconds=time.perf_counter() - t0)
@@ -156,14 +155,11 @@ def stage_knnlm(run: Run) -> dict:
         "datastore_tokens": store.num_rows,
         "sweep": rows,
     }
-    write_json(run.path("knnlm", "results.json"), results)
+    write_json(run.layout.knnlm_results, results)
     return results
 
 
 def _check_same_keys(store, queries) -> None:
-    from mlpmem.backbone import check_fingerprint
-    from mlpmem.errors import FingerprintMismatch
-
     check_fingerprint(store.fingerprint, queries.fingerprint, f"evaluation keystore {queries.path}")
     for key in ("layer", "site", "block_size", "stride"):
         if store.manifest[key] != queries.manifest[key]:

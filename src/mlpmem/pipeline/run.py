@@ -1,14 +1,4 @@
-"""A run folder and its configuration.
-
-    run_dir/
-      config.yaml            the resolved configuration
-      corpus/                prepared splits (for raw user corpora)
-      tokens/<split>/        each split tokenized once into a memory-mapped token stream
-      datastore/             training keystore = the kNN datastore (keys, next tokens)
-      eval/{validation,test} evaluation keystores (keys, next tokens, backbone log-probs)
-      knnlm/                 neighbour lists of eval queries, the sweep, results.json
-      teacher/               sparse top-K kNN targets for every datastore position
-      timings.json           seconds and tokens/s of every stage
+"""A run folder and its configuration: :class:`Run` (the folder's paths: :class:`mlpmem.layout.RunLayout`).
 
 Every stage is idempotent: rerun, it reuses what is complete and resumes what is not.
 """
@@ -21,7 +11,9 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from mlpmem.backbone import load_backbone
 from mlpmem.errors import ConfigError
+from mlpmem.layout import RunLayout
 from mlpmem.utils.distributed import launched_rank
 from mlpmem.utils.shards import read_json, write_json
 
@@ -35,17 +27,16 @@ class Run:
     def __init__(self, cfg: PipelineConfig, progress: bool = True):
         self.cfg, self.progress = cfg, progress
         self.dir = Path(cfg.run_dir)
+        self.layout = RunLayout(self.dir)
         self.is_main = launched_rank() == 0  # under torchrun / accelerate launch
         self.dir.mkdir(parents=True, exist_ok=True)
         if self.is_main:
-            (self.dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+            self.layout.config.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         self._backbone = None
 
     @property
     def backbone(self):
         if self._backbone is None:
-            from mlpmem.backbone import load_backbone
-
             self._backbone = load_backbone(self.cfg.backbone.name)
         return self._backbone
 
@@ -63,11 +54,11 @@ class Run:
     def record_timing(self, stage: str, **values) -> None:
         if not self.is_main:
             return
-        path = self.path("timings.json")
+        path = self.layout.timings
         timings = read_json(path, "timings") if path.exists() else {}
         timings[stage] = values
         write_json(path, timings)
 
     def timings(self) -> dict:
-        path = self.path("timings.json")
+        path = self.layout.timings
         return read_json(path, "timings") if path.exists() else {}

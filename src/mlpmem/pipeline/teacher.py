@@ -2,28 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from mlpmem.pipeline.run import Run
+from mlpmem.teacher import build_teacher
 from mlpmem.utils.shards import read_json
 
 
 def teacher_config(run: Run):
     """The teacher configuration, with T taken from the kNN-LM sweep when so configured."""
-    import dataclasses
-
     cfg = run.cfg.teacher
-    results = run.path("knnlm", "results.json")
+    results = run.layout.knnlm_results
     if run.cfg.teacher_temperature_from_knnlm and results.exists():
         cfg = dataclasses.replace(cfg, temperature=read_json(results, "knnlm results")["chosen"]["temperature"])
     return cfg
 
 
 def stage_teacher(run: Run, rebuild: bool = False) -> dict:
-    from mlpmem.teacher import build_teacher
-
     t0 = time.perf_counter()
-    manifest = build_teacher(run.path("datastore"), run.path("teacher"), teacher_config(run), rebuild=rebuild,
+    manifest = build_teacher(run.layout.datastore, run.layout.teacher, teacher_config(run), rebuild=rebuild,
                              progress=run.progress)
     seconds = time.perf_counter() - t0
     if seconds > 1:

@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
+import torch
+
+from mlpmem.backbone import decoder_layers
+from mlpmem.datastore import KeyStore
+from mlpmem.layout import RunLayout
+from mlpmem.memory import MemoryConfig, MLPMemory, init_from_backbone, init_identity, tie_to_backbone
 from mlpmem.pipeline.run import Run
+from mlpmem.teacher import TeacherStore
+from mlpmem.training.data import EvalData, TrainData
+from mlpmem.training.loop import train_memory
+from mlpmem.utils.runtime import set_threads
 
 
 def build_memory(run: Run):
     """A fresh memory for this run's backbone and key layer/site, shaped and initialised by the ``memory:``
     section (seeded by ``train.seed``)."""
-    import torch
-
-    from mlpmem.backbone import decoder_layers
-    from mlpmem.memory import MemoryConfig, MLPMemory, init_from_backbone, init_identity, tie_to_backbone
-
     cfg, spec, (model, tokenizer) = run.cfg, run.cfg.memory, run.backbone
     overrides = {k: v for k, v in (("num_layers", spec.num_layers),
                                    ("intermediate_size", spec.intermediate_size)) if v is not None}
@@ -34,10 +40,7 @@ def build_memory(run: Run):
 
 
 def eval_data(run: Run, split: str):
-    from mlpmem.datastore import KeyStore
-    from mlpmem.training.data import EvalData
-
-    store = KeyStore(run.path("eval", split))
+    store = KeyStore(run.layout.keystore(split))
     return EvalData(store.array("keys"), store.array("values"), store.array("lm"))
 
 
@@ -46,31 +49,24 @@ def stage_train(run: Run, rebuild: bool = False, out: Path | None = None) -> dic
 
     ``out`` defaults to the run folder (ablations train variants into sub-folders of it).
     """
-    import shutil
-
-    from mlpmem.datastore import KeyStore
-    from mlpmem.teacher import TeacherStore
-    from mlpmem.training.data import TrainData
-    from mlpmem.training.loop import train_memory
-    from mlpmem.utils.runtime import set_threads
-
     set_threads()
     out = run.path(os.path.relpath(out, run.dir)) if out is not None else run.dir  # never outside the run
+    layout = RunLayout(out)  # the run's own, or an ablation variant's train/ and memory/
     if rebuild and run.is_main:
-        shutil.rmtree(out / "train", ignore_errors=True)
-    store = KeyStore(run.path("datastore"))
+        shutil.rmtree(layout.train, ignore_errors=True)
+    store = KeyStore(run.layout.datastore)
     store.check_backbone(*run.backbone)
-    teacher = TeacherStore(run.path("teacher"), datastore=store)
+    teacher = TeacherStore(run.layout.teacher, datastore=store)
     # rows are read from the memory-mapped shards batch by batch: memory stays bounded for any datastore size
     data = TrainData(store.rows("keys"), store.rows("values"), teacher.rows("ids"), teacher.rows("probs"),
                      teacher.rows("residual"))
     memory = build_memory(run)
-    state = train_memory(memory, data, eval_data(run, "validation"), run.cfg.train, out / "train", run.progress,
+    state = train_memory(memory, data, eval_data(run, "validation"), run.cfg.train, layout.train, run.progress,
                          memory_spec=run.cfg.memory.to_dict())
     state["memory_parameters"] = memory.num_parameters()
     state["memory_trainable_parameters"] = memory.num_parameters(trainable_only=True)
     if run.is_main:
-        memory.save_pretrained(out / "memory")
+        memory.save_pretrained(layout.memory)
     if out == run.dir:
         run.record_timing("train", tokens=len(data.targets) * run.cfg.train.epochs, seconds=state["train_seconds"],
                           tokens_per_s=state["tokens_per_s"])

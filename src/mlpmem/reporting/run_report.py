@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from mlpmem.corpora.documents import SPLITS
+from mlpmem.layout import RunLayout
 from mlpmem.reporting.plots import pyplot
 from mlpmem.reporting.tables import count, markdown_table, mebibytes, number
-from mlpmem.utils.shards import read_json
+from mlpmem.utils.shards import MANIFEST, read_json
 
-SPLIT_FOLDERS = (("train", ("datastore",)), ("validation", ("eval", "validation")), ("test", ("eval", "test")))
-"""Each split and the folder (under the run) of its keystore."""
+
+def keystore_rows(layout: RunLayout) -> dict[str, int]:
+    """Rows (scored tokens) of each split's keystore."""
+    return {s: read_json(layout.keystore(s) / MANIFEST, f"{s} keystore manifest")["rows"] for s in SPLITS}
 
 
 def knnlm_summary(results: dict) -> str:
@@ -20,12 +24,12 @@ def knnlm_summary(results: dict) -> str:
 def retrieval_table(run) -> str:
     """The retrieval-side measurements of one run as a Markdown table."""
     t = run.timings()
-    knn = read_json(run.path("knnlm", "results.json"), "knnlm results")
-    teacher = read_json(run.path("teacher", "manifest.json"), "teacher manifest")
+    knn = read_json(run.layout.knnlm_results, "knnlm results")
+    teacher = read_json(run.layout.teacher / MANIFEST, "teacher manifest")
     keys = t.get("keys_train", {})
     teach = t.get("teacher", {})
     ratio = teach["seconds"] / keys["seconds"] if teach and keys else None
-    tokens = {s: read_json(run.path(*p, "manifest.json"), s)["rows"] for s, p in SPLIT_FOLDERS}
+    tokens = keystore_rows(run.layout)
     c = knn["chosen"]
     rows = [
         ("tokens train / validation / test", " / ".join(count(tokens[s]) for s in tokens)),
@@ -104,33 +108,31 @@ def plot_lambda(results: dict, path) -> None:
 
 
 def write_run_report(run, results: dict) -> None:
-    plot_lambda(results, run.path("lambda.png"))
+    plot_lambda(results, run.layout.lambda_plot)
     text = "\n\n".join([
         f"# mlpmem run `{run.dir}`",
         retrieval_table(run),
         "## kNN-LM sweep on validation (best λ per k and T)",
-        sweep_table(read_json(run.path("knnlm", "results.json"), "knnlm results")),
+        sweep_table(read_json(run.layout.knnlm_results, "knnlm results")),
         "## Test perplexity", results_table(results),
         "![perplexity against lambda](lambda.png)",
         "## Sharpness of the distributions (paper Tables 7-8)", distribution_table(results),
     ])
-    run.path("report.md").write_text(text + "\n")
+    run.layout.report.write_text(text + "\n")
 
 
 def summary_row(run_dir) -> dict:
     """The headline numbers of one finished run folder (read from its files only)."""
-    from pathlib import Path
-
-    run_dir = Path(run_dir)
-    timings = read_json(run_dir / "timings.json", "timings")
-    knn = read_json(run_dir / "knnlm" / "results.json", "knnlm results")
-    teacher_path = run_dir / "teacher" / "manifest.json"
+    layout = RunLayout(run_dir)
+    timings = read_json(layout.timings, "timings")
+    knn = read_json(layout.knnlm_results, "knnlm results")
+    teacher_path = layout.teacher / MANIFEST
     teacher = read_json(teacher_path, "teacher manifest") if teacher_path.exists() else {}
-    res = read_json(run_dir / "results.json", "run results") if (run_dir / "results.json").exists() else None
-    rows = {s: read_json(run_dir.joinpath(*p, "manifest.json"), s)["rows"] for s, p in SPLIT_FOLDERS}
+    res = read_json(layout.results, "run results") if layout.results.exists() else None
+    rows = keystore_rows(layout)
     keys, teach = timings.get("keys_train", {}), timings.get("teacher", {})
     return {
-        "run": run_dir.name, "tokens": rows,
+        "run": layout.root.name, "tokens": rows,
         "keys_tokens_per_s": keys.get("tokens_per_s"), "teacher_seconds": teach.get("seconds"),
         "teacher_over_keys": teach["seconds"] / keys["seconds"] if teach and keys else None,
         "teacher_bytes_per_token": teacher.get("bytes_per_token"), "knnlm": knn["chosen"],

@@ -19,6 +19,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+from accelerate import PartialState
+
 from mlpmem.errors import CorruptArtifact
 from mlpmem.utils.shards import (
     MANIFEST,
@@ -65,9 +68,6 @@ def current() -> Dist:
     """The :class:`Dist` of this process; joins the process group when launched with several processes."""
     if launched_world() == 1:
         return Dist()
-    import torch
-    from accelerate import PartialState
-
     state = PartialState(cpu=not torch.cuda.is_available())
     return Dist(state.process_index, state.num_processes, state.local_process_index, state)
 

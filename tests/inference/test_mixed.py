@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from _tiny import PAD, VOCAB, TinyTokenizer, left_padded, tiny_backbone
+from helpers.tiny import PAD, VOCAB, TinyTokenizer, left_padded, tiny_backbone
 from mlpmem.backbone import KeyHook, decoder_layers
 from mlpmem.errors import ConfigError, FingerprintMismatch
 from mlpmem.inference.augmented_lm import (

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import corpus_text
+from helpers.corpus import corpus_text
 from mlpmem.corpora import documents as corpus
 from mlpmem.corpora.documents import (
     Document,

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from _tiny import VOCAB, TinyTokenizer, tiny_backbone
+from helpers.tiny import VOCAB, TinyTokenizer, tiny_backbone
 from mlpmem.backbone import KeyHook, decoder_layers, extract_keys, feed_forward
 from mlpmem.errors import ConfigError, CorruptArtifact, FingerprintMismatch
 from mlpmem.memory import MemoryConfig, MLPMemory, init_from_backbone, init_identity, tie_to_backbone

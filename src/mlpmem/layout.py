@@ -1,0 +1,94 @@
+"""Every path of a run folder, in one place (:class:`RunLayout`).
+
+    run_dir/
+      config.yaml            the resolved configuration
+      corpus/                prepared splits (for raw user corpora)
+      tokens/<split>/        each split tokenized once into a memory-mapped token stream
+      datastore/             training keystore = the kNN datastore (keys, next tokens)
+      eval/{validation,test} evaluation keystores (keys, next tokens, backbone log-probs)
+      knnlm/                 neighbour lists of the evaluation queries (knnlm/<split>/), the sweep, results.json
+      teacher/               sparse top-K kNN targets for every datastore position
+      train/                 the memory's resumable checkpoint and training state
+      memory/                the trained memory (config.json + model.safetensors)
+      results.json, report.md, lambda.png   the evaluation
+      timings.json           seconds and tokens/s of every stage
+      ablations/<study>/     variants of the memory trained on this run's datastore
+
+The stages (:mod:`mlpmem.pipeline`), the reports and the experiments all name these paths through
+:class:`RunLayout`; no module spells a run folder's file names itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    root: Path
+
+    def __post_init__(self):
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def corpus(self) -> Path:
+        return self.root / "corpus"
+
+    def tokens(self, split: str) -> Path:
+        return self.root / "tokens" / split
+
+    @property
+    def datastore(self) -> Path:
+        return self.root / "datastore"
+
+    def keystore(self, split: str) -> Path:
+        """The training datastore for ``train``, else the evaluation keystore of ``split``."""
+        return self.datastore if split == "train" else self.root / "eval" / split
+
+    @property
+    def knnlm(self) -> Path:
+        return self.root / "knnlm"
+
+    @property
+    def knnlm_results(self) -> Path:
+        return self.knnlm / "results.json"
+
+    def neighbours(self, split: str) -> Path:
+        """The cached neighbour lists (``dists.npy``, ``ids.npy``) of one evaluation split."""
+        return self.knnlm / split
+
+    @property
+    def teacher(self) -> Path:
+        return self.root / "teacher"
+
+    @property
+    def train(self) -> Path:
+        return self.root / "train"
+
+    @property
+    def memory(self) -> Path:
+        return self.root / "memory"
+
+    @property
+    def results(self) -> Path:
+        return self.root / "results.json"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report.md"
+
+    @property
+    def lambda_plot(self) -> Path:
+        return self.root / "lambda.png"
+
+    @property
+    def timings(self) -> Path:
+        return self.root / "timings.json"
+
+    def ablation(self, study: str) -> Path:
+        return self.root / "ablations" / study
