@@ -61,5 +61,3 @@ def subprocess_stage_env(monkeypatch):
     yield
     torch.set_num_threads(threads)
 
-
-from helpers.corpus import corpus_text, write_corpus  # noqa: E402,F401  TEMPORARY: tests/test_cli.py until it moves

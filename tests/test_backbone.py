@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from conftest import make_gpt2, make_llama
+from helpers.tiny import tiny_backbone
 from mlpmem.backbone import (
     KeyHook,
     check_fingerprint,
@@ -22,7 +22,7 @@ def _ids(vocab, b=2, t=20):
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 @pytest.mark.parametrize("layer", [0, 1, -1])
 def test_ffn_input_key_equals_hand_computation(family, layer, tiny_tokenizer):
-    model = (make_llama if family == "llama" else make_gpt2)(len(tiny_tokenizer))
+    model = tiny_backbone(family, vocab_size=len(tiny_tokenizer), preset="bpe")
     ids = _ids(len(tiny_tokenizer))
     idx = resolve_layer(model, layer)
     out = model(ids, output_hidden_states=True)
@@ -74,8 +74,8 @@ def test_resolve_layer_fraction_and_errors(tiny_llama):
 
 
 def test_fingerprint_mismatch(tiny_tokenizer):
-    a = fingerprint(make_llama(len(tiny_tokenizer), seed=0), tiny_tokenizer)
-    b = fingerprint(make_llama(len(tiny_tokenizer), seed=1), tiny_tokenizer)
+    a = fingerprint(tiny_backbone("llama", seed=0, vocab_size=len(tiny_tokenizer), preset="bpe"), tiny_tokenizer)
+    b = fingerprint(tiny_backbone("llama", seed=1, vocab_size=len(tiny_tokenizer), preset="bpe"), tiny_tokenizer)
     check_fingerprint(a, dict(a, name="other"), "x")  # the name alone is informative
     with pytest.raises(FingerprintMismatch, match="weights_sha"):
         check_fingerprint(a, b, "datastore")

@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import corpus_text, make_llama
+from helpers.corpus import corpus_text
+from helpers.tiny import tiny_backbone
 from mlpmem.backbone import KeyHook
 from mlpmem.corpora.documents import Document, count_targets, tokenize_documents
 from mlpmem.datastore import KeyStore, build_keystore
@@ -106,11 +107,12 @@ def test_corrupted_shard_is_detected(docs, tiny_llama, tiny_tokenizer, tmp_path,
 def test_other_backbone_is_rejected(docs, tiny_llama, tiny_tokenizer, tmp_path):
     build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", **KW)
     with pytest.raises(FingerprintMismatch, match="differs in weights_sha"):
-        KeyStore(tmp_path / "ds").check_backbone(make_llama(len(tiny_tokenizer), seed=5), tiny_tokenizer)
+        other = tiny_backbone("llama", seed=5, vocab_size=len(tiny_tokenizer), preset="bpe")
+        KeyStore(tmp_path / "ds").check_backbone(other, tiny_tokenizer)
 
 
 def test_nan_keys_are_an_error(docs, tiny_tokenizer, tmp_path):
-    model = make_llama(len(tiny_tokenizer))
+    model = tiny_backbone("llama", vocab_size=len(tiny_tokenizer), preset="bpe")
     with torch.no_grad():
         model.model.layers[2].post_attention_layernorm.weight.fill_(float("nan"))
     with pytest.raises(CorruptArtifact, match="NaN"):

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import corpus_text
+from helpers.corpus import corpus_text
 from mlpmem.corpora.documents import Document, tokenize_documents
 from mlpmem.datastore import KeyStore, build_keystore
 from mlpmem.errors import ConfigError, FingerprintMismatch

@@ -30,8 +30,8 @@ from mlpmem.utils.io import cache_root
 
 SITES = ("ffn_input", "residual")
 PRECISIONS = ("fp32", "bf16")
-"""Compute precision of backbone passes: fp32, or bf16 autocast (weights stay fp32; about 2x faster on CPUs
-with AVX512-BF16 / AMX and on GPUs). Keys are stored in fp16 either way."""
+"""Compute precision of backbone passes: fp32, or bf16 autocast (weights stay fp32; faster where the hardware has
+bf16 matmuls: AVX512-BF16 / AMX CPUs, GPUs). Keys are stored in fp16 either way."""
 
 
 @dataclass(frozen=True)
@@ -264,7 +264,7 @@ class BackboneConfig(Config):
     site: str = "ffn_input"
     """``ffn_input`` (input of the layer's feed-forward block) or ``residual`` (block output)."""
     precision: str = "bf16"
-    """Compute precision of the datastore and evaluation passes: ``bf16`` (autocast, ~2x faster) or ``fp32``."""
+    """Compute precision of the datastore and evaluation passes: ``bf16`` (autocast) or ``fp32``."""
 
     def validate(self) -> None:
         check_precision(self.precision)

@@ -1,10 +1,10 @@
 """Nearest-neighbour search over datastore keys (squared L2).
 
 - ``exact``: brute force in torch, ``|q|^2 - 2 q.K^T + |K|^2`` with ``addmm`` over key chunks and a running
-  top-k merge (about 3x faster than ``faiss.IndexFlatL2`` on small CPUs); for datastores that fit in RAM.
-  With ``precision: bf16`` the scan runs in bf16 matmuls (6x the fp32 matmul peak on CPUs with AVX512-BF16
-  or AMX) to pick ``k + k/4`` candidates, whose distances are then recomputed exactly in fp32 and sorted:
-  the distances returned are exact, only a neighbour near the k-th may be swapped for one just beyond it.
+  top-k merge (faster than ``faiss.IndexFlatL2`` on small CPUs: ``mlpmem bench offline``); for datastores that
+  fit in RAM. With ``precision: bf16`` the scan runs in bf16 matmuls (several times the fp32 matmul rate on CPUs
+  with AVX512-BF16 or AMX) to pick ``k + k/4`` candidates, whose distances are then recomputed exactly in fp32
+  and sorted: the distances returned are exact, only a neighbour near the k-th may be swapped for one just beyond it.
 - ``ivf_flat`` / ``ivf_pq``: FAISS inverted lists (coarse quantizer trained on a seeded sample; IVF-PQ stores
   ``pq_bytes``-byte codes), filled shard by shard. PQ distances are approximate: ``rerank`` recomputes the
   exact distances of the candidates from the fp16 keys and re-sorts them.

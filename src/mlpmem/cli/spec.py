@@ -22,7 +22,7 @@ import importlib
 import inspect
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 PROG = "mlpmem"
@@ -57,7 +57,7 @@ class Command:
     """``"module:function"``; the function takes the ``argparse.Namespace``."""
     help: str
     args: tuple[Arg, ...] = ()
-    aliases: tuple[str, ...] = field(default=())
+    aliases: tuple[str, ...] = ()
     """Old flat names (``bench-infer``) that still run this command; never listed."""
 
     @property

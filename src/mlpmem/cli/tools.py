@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from mlpmem.corpora import CORPORA, prepare
+from mlpmem.layout import RunLayout
 from mlpmem.reporting.run_report import summary_table, sweep_table
 from mlpmem.utils.shards import read_json
 
@@ -35,9 +36,12 @@ def summarize(args: argparse.Namespace) -> None:
 def copy_reports(run_dir: Path, dest: Path) -> None:
     """A run's reports, figures and ablation results into ``dest``, for the docs (``runs/`` is not versioned)."""
     dest.mkdir(parents=True, exist_ok=True)
-    if not (run_dir / "report.md").exists():  # a retrieval-only run: its kNN-LM sweep
-        knn = read_json(run_dir / "knnlm" / "results.json", "knnlm results")
+    layout = RunLayout(run_dir)
+    if not layout.report.exists():  # a retrieval-only run: its kNN-LM sweep
+        knn = read_json(layout.knnlm_results, "knnlm results")
         (dest / "knnlm-sweep.md").write_text(f"# kNN-LM sweep on validation, `{run_dir}`\n\n" + sweep_table(knn) + "\n")
-    for f in [*run_dir.glob("*.md"), *run_dir.glob("*.png"), *run_dir.glob("ablations/*/results.*")]:
+        shutil.copyfile(layout.knnlm_results, dest / "knnlm-results.json")
+    reports = [*run_dir.glob("*.md"), *run_dir.glob("*.png"), *run_dir.glob("ablations/*/results.*")]
+    for f in [*reports, *([layout.results] if layout.results.exists() else [])]:
         target = dest / (f"ablation-{f.parent.name}{f.suffix}" if "ablations" in f.parts else f.name)
         shutil.copyfile(f, target)

@@ -19,12 +19,22 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from pathlib import Path
 
+import yaml
+
+from mlpmem.backbone import resolve_layer
+from mlpmem.datastore import build_keystore
 from mlpmem.errors import ConfigError
 from mlpmem.layout import RunLayout
+from mlpmem.pipeline.corpus import split_tokens
+from mlpmem.pipeline.run import Run
+from mlpmem.pipeline.teacher import stage_teacher, teacher_config
+from mlpmem.pipeline.train import stage_train
 from mlpmem.reporting.plots import pyplot
 from mlpmem.reporting.tables import markdown_table
+from mlpmem.utils.runtime import set_threads
 from mlpmem.utils.shards import write_json
 
 STUDIES = {  # study -> (the config section its variants override, {variant: overrides})
@@ -52,9 +62,6 @@ def _slug(name: str) -> str:
 
 def run_study(run, study: str, progress: bool = True) -> list[dict]:
     """Train every variant of ``study`` and return one row per variant (also written to disk)."""
-    from mlpmem.pipeline.run import Run
-    from mlpmem.pipeline.train import stage_train
-
     if study not in ALL_STUDIES:
         raise ConfigError(f"unknown ablation study {study!r}; choose one of {ALL_STUDIES}")
     rows = []
@@ -79,8 +86,6 @@ def run_study(run, study: str, progress: bool = True) -> list[dict]:
 def config_record(cfg) -> dict:
     """The pipeline configuration as stored next to a study's results (JSON types), to tell whether they
     belong to the configuration at hand."""
-    import json
-
     return json.loads(json.dumps(cfg.to_dict(), default=str))
 
 
@@ -122,8 +127,6 @@ def variant_run(run, cfg, folder, shared: set[str]):
 
 def variant_config(run, folder, overrides: dict):
     """The main run's config with a new key layer and/or teacher k / T, running in ``folder``."""
-    from mlpmem.pipeline.teacher import teacher_config
-
     teacher = teacher_config(run)  # T as chosen by the main run's kNN-LM sweep
     teacher = dataclasses.replace(teacher, **{k: v for k, v in overrides.items() if k in ("k", "temperature")})
     backbone = run.cfg.backbone
@@ -135,12 +138,6 @@ def variant_config(run, folder, overrides: dict):
 
 def train_retrieval_variant(run, folder, overrides: dict) -> dict:
     """Keystores (linked if the layer is the main run's), a new teacher, then the memory, all in ``folder``."""
-    import yaml
-
-    from mlpmem.backbone import resolve_layer
-    from mlpmem.pipeline.teacher import stage_teacher, teacher_config
-    from mlpmem.pipeline.train import stage_train
-
     cfg = variant_config(run, folder, overrides)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
@@ -160,10 +157,6 @@ def train_retrieval_variant(run, folder, overrides: dict) -> dict:
 
 def build_variant_keystores(variant) -> None:
     """Training keys and validation keys + LM log-probs at the variant's layer (test is not needed)."""
-    from mlpmem.datastore import build_keystore
-    from mlpmem.pipeline.corpus import split_tokens
-    from mlpmem.utils.runtime import set_threads
-
     set_threads()
     cfg, (model, tokenizer) = variant.cfg, variant.backbone
     for split, with_lm in (("train", False), ("validation", True)):

@@ -17,8 +17,8 @@ With retrieved passages (RAG), the passages come first, in rank order, one per p
 
 With ``shots=n`` the first ``n`` of :data:`DEMONSTRATIONS` come first, one ``Question: / Answer:`` pair per
 paragraph. They are general-knowledge questions about none of the benchmarks' entities and only show the
-answer format: a 135M backbone asked zero-shot mostly opens a new question instead of answering (measured
-in the QA report), so the report uses a few shots for every method alike.
+answer format: a small backbone asked zero-shot often opens a new question instead of answering (see the QA
+report), so the report uses a few shots for every method alike.
 
 The answer is decoded greedily after ``Answer:`` and cut at the first stop string.
 """

@@ -21,6 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+from accelerate import Accelerator
 from tqdm.auto import tqdm
 
 from mlpmem.backbone import autocast
@@ -46,8 +47,6 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
     full weights at the end on every process, as under DDP. ``memory_spec`` (the pipeline's ``memory:``
     section, as a dict) is recorded with the train config: a checkpoint resumes only under both.
     """
-    from accelerate import Accelerator
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)

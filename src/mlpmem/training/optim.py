@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from mlpmem.training.config import TrainConfig
 
@@ -48,8 +49,6 @@ def optimizer_step(accelerator, optimizer, scheduler, params, grad_clip: float, 
 
 def clip_sharded(params: list, max_norm: float) -> torch.Tensor:
     """Clip FSDP-sharded gradients to the global norm over all shards of all processes (collective)."""
-    from torch.distributed.tensor import DTensor
-
     norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
     if isinstance(norm, DTensor):  # a norm still partial over the shards is reduced here
         norm = norm.full_tensor()

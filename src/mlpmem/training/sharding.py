@@ -11,6 +11,14 @@ import ctypes
 import ctypes.util
 
 import torch
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
 
 from mlpmem.memory.model import MLPMemory
 from mlpmem.training.checkpoint import flatten_state
@@ -39,14 +47,6 @@ def shard_memory(memory: MLPMemory, optimizer: torch.optim.Optimizer, cfg: Train
     the final norm and an untied head. Frozen parameters (a tied head, which is the backbone's embedding) are
     neither copied nor sharded. ``memory`` stays plain: it gets the full weights at checkpoints and at the end.
     """
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        get_optimizer_state_dict,
-        set_optimizer_state_dict,
-    )
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
     frozen = {p for p in memory.parameters() if not p.requires_grad}
     model = copy.deepcopy(memory, {id(p): p for p in frozen})
     mesh = init_device_mesh(device, (torch.distributed.get_world_size(),))
@@ -65,12 +65,6 @@ def gather_checkpoint(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     """Collective: process 0's plain ``memory`` gets the full weights of the sharded ``model``; returns the full
     optimizer moments in the checkpoint format of :func:`~mlpmem.training.checkpoint.flat_moments` there
     (``{}`` on the other processes)."""
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        get_model_state_dict,
-        get_optimizer_state_dict,
-    )
-
     options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
     weights = get_model_state_dict(model, options=options)  # gathered one tensor at a time, kept on process 0
     full = get_optimizer_state_dict(model, optimizer, options=options)
@@ -82,10 +76,5 @@ def gather_checkpoint(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
 
 def unshard_into(model: torch.nn.Module, memory: MLPMemory) -> None:
     """Collective: every process's plain ``memory`` gets the full weights of the sharded ``model``."""
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        get_model_state_dict,
-    )
-
     options = StateDictOptions(full_state_dict=True, ignore_frozen_params=True)
     memory.load_state_dict(get_model_state_dict(model, options=options), strict=False)

@@ -14,6 +14,10 @@ from pathlib import Path
 
 from mlpmem.baselines.knnlm import CombinedKeyStore, cached_index
 from mlpmem.config import Config
+from mlpmem.corpora.documents import Document, tokenize_documents
+from mlpmem.corpora.shakespeare import download_shakespeare, read_shakespeare_archive
+from mlpmem.corpora.store import seeded_order
+from mlpmem.datastore import build_keystore
 from mlpmem.errors import ConfigError, MlpmemError
 from mlpmem.index import IndexConfig
 
@@ -49,9 +53,6 @@ class KnnSetupConfig(Config):
 
 def unused_plays(seed: int = 0) -> list[dict]:
     """Shakespeare plays the default split does not use, in its seeded order: [{"id", "text"}]."""
-    from mlpmem.corpora.shakespeare import download_shakespeare, read_shakespeare_archive
-    from mlpmem.corpora.store import seeded_order
-
     works = read_shakespeare_archive(download_shakespeare())
     plays = sorted(stem for stem, work in works.items() if not work["poem"])
     return [{"id": s, "text": works[s]["text"]} for s in seeded_order(plays, seed)[DEFAULT_PLAYS_USED:]]
@@ -60,9 +61,6 @@ def unused_plays(seed: int = 0) -> list[dict]:
 def extra_keys(model, tokenizer, needed: int, cfg: KnnSetupConfig, layer: int, site: str, progress=True,
                precision: str = "fp32") -> Path:
     """Extract keys of unused plays into ``cfg.extra_dir`` until at least ``needed`` rows (resumable)."""
-    from mlpmem.corpora.documents import Document, tokenize_documents
-    from mlpmem.datastore import build_keystore
-
     docs, total = [], 0
     for play in unused_plays():
         tokens = tokenize_documents([Document(play["id"], play["text"])], tokenizer)[0]

@@ -35,11 +35,26 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
+from mlpmem.backbone import autocast
 from mlpmem.config import Config
+from mlpmem.corpora.documents import document_lengths, make_windows
+from mlpmem.datastore import KeyStore, encode_windows, pad_windows
 from mlpmem.errors import ConfigError, CorruptArtifact
 from mlpmem.experiments.bench.common import summarize, threads, write_text
+from mlpmem.index import ExactIndex, FaissIndex
+from mlpmem.pipeline.config import PipelineConfig
+from mlpmem.pipeline.corpus import split_tokens
+from mlpmem.pipeline.datastore import stage_datastore
+from mlpmem.pipeline.run import Run
+from mlpmem.pipeline.teacher import stage_teacher
+from mlpmem.pipeline.train import build_memory, eval_data
 from mlpmem.reporting.tables import markdown_table
+from mlpmem.teacher import TeacherStore, knn_sparse
+from mlpmem.training.data import TrainData
+from mlpmem.training.loop import train_memory
+from mlpmem.training.loss import sparse_hybrid_loss
 
 
 @dataclass
@@ -73,11 +88,6 @@ class OfflineBenchConfig(Config):
 @torch.no_grad()
 def forward_vs_keys(run, cfg: OfflineBenchConfig) -> dict:
     """Input tokens/s of the plain forward (fp32 and run precision) and of the datastore's key pass."""
-    from mlpmem.backbone import autocast
-    from mlpmem.corpora.documents import document_lengths, make_windows
-    from mlpmem.datastore import encode_windows, pad_windows
-    from mlpmem.pipeline.corpus import split_tokens
-
     model, _ = run.backbone
     rc = run.cfg
     docs = split_tokens(run, "train")
@@ -133,11 +143,6 @@ def matmul_peak(size: int, cfg: OfflineBenchConfig) -> dict:
 
 def train_flops_per_token(memory, data, train_cfg) -> float:
     """Matmul FLOPs of one training step (forward + backward) per token, counted by FlopCounterMode."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from mlpmem.backbone import autocast
-    from mlpmem.training.loss import sparse_hybrid_loss
-
     n = min(train_cfg.batch_size, len(data.targets))
     batch = data.batch(np.arange(n))
     counter = FlopCounterMode(display=False)
@@ -153,14 +158,6 @@ def train_flops_per_token(memory, data, train_cfg) -> float:
 
 def stages(run, cfg: OfflineBenchConfig) -> dict:
     """The pipeline's datastore, teacher and a capped training run on the sliced corpus, timed."""
-    from mlpmem.datastore import KeyStore
-    from mlpmem.pipeline.datastore import stage_datastore
-    from mlpmem.pipeline.teacher import stage_teacher
-    from mlpmem.pipeline.train import build_memory, eval_data
-    from mlpmem.teacher import TeacherStore
-    from mlpmem.training.data import TrainData
-    from mlpmem.training.loop import train_memory
-
     for folder in ("datastore", "eval", "teacher", "train-bench", "timings.json"):  # measure, never reuse
         path = run.path(folder)
         shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
@@ -175,17 +172,25 @@ def stages(run, cfg: OfflineBenchConfig) -> dict:
     data = TrainData(store.array("keys"), store.array("values"), teacher.array("ids"), teacher.array("probs"),
                      teacher.array("residual"))
     train_cfg = run.cfg.train
-    memory = build_memory(run)
-    flops = train_flops_per_token(memory, data, train_cfg)
+    flops = train_flops_per_token(build_memory(run), data, train_cfg)
     steps = min(cfg.train_steps, len(data.targets) // train_cfg.batch_size - 1)  # stop before the epoch's eval
     if steps < 2:
         raise ConfigError(f"train_tokens={cfg.train_tokens} gives fewer than 3 batches of {train_cfg.batch_size}")
-    state = train_memory(memory, data, eval_data(run, "validation"), train_cfg, run.path("train-bench"),
-                         progress=run.progress, stop_after=steps)
+    paths = {}
+    for name, fused in (("autograd", False), ("fused", True)):  # the same memory, data and steps; the loss path
+        shutil.rmtree(run.path("train-bench"), ignore_errors=True)
+        state = train_memory(build_memory(run), data, eval_data(run, "validation"),
+                             dataclasses.replace(train_cfg, fused_loss=fused), run.path("train-bench"),
+                             progress=run.progress, stop_after=steps)
+        paths[name] = {"seconds": state["train_seconds"], "tokens_per_s": state["tokens_per_s"]}
     disk = sum(f.stat().st_size for f in run.path("teacher").glob("*.npy"))
+    main = paths["fused" if train_cfg.fused_loss else "autograd"]
     return {"timings": timings, "train": {"steps": state["step"], "batch_size": train_cfg.batch_size,
-                                          "seconds": state["train_seconds"], "tokens_per_s": state["tokens_per_s"],
-                                          "precision": train_cfg.precision, "flops_per_token": flops},
+                                          "seconds": main["seconds"], "tokens_per_s": main["tokens_per_s"],
+                                          "precision": train_cfg.precision, "flops_per_token": flops,
+                                          "loss_paths": paths,
+                                          "fused_over_autograd": paths["fused"]["tokens_per_s"]
+                                          / paths["autograd"]["tokens_per_s"]},
             "teacher": {"bytes_per_token": teacher.manifest["bytes_per_token"], "disk_bytes_per_token":
                         disk / teacher.num_rows, "rows": teacher.num_rows, "k": run.cfg.teacher.k,
                         "top_k": run.cfg.teacher.top_k, "index": vars(run.cfg.teacher.index)}}
@@ -193,9 +198,6 @@ def stages(run, cfg: OfflineBenchConfig) -> dict:
 
 def full_teacher_search(source_dir: str, teacher_cfg, cfg: OfflineBenchConfig, keys_tokens_per_s: float) -> dict | None:
     """Section 5: teacher search variants over the full run's datastore (None if it is not built)."""
-    from mlpmem.datastore import KeyStore
-    from mlpmem.teacher import knn_sparse
-
     folder = Path(source_dir) / "datastore"
     if cfg.teacher_queries < 1 or not (folder / "manifest.json").exists():
         return None
@@ -233,8 +235,6 @@ def full_teacher_search(source_dir: str, teacher_cfg, cfg: OfflineBenchConfig, k
 def _search_variants(store, index_cfg, source_dir: Path, teacher) -> dict:
     """Exact fp32 (the reference), exact bf16 + fp32 re-rank, and the run's own IVF index (reopened from the
     run's teacher folder, else built in memory) at its nprobe and at a quarter of it."""
-    from mlpmem.index import ExactIndex, FaissIndex
-
     keys = store.array("keys")
     fns = {"exact fp32": teacher(ExactIndex(keys), "exact fp32"),
            "exact bf16 + fp32 re-rank": teacher(ExactIndex(keys, precision="bf16"), "exact bf16 + fp32 re-rank")}
@@ -270,9 +270,6 @@ def _agreement(reference: list, other: list) -> dict:
 
 def bench_run(config_path: str, cfg: OfflineBenchConfig, progress: bool = True):
     """A Run on the config's corpus capped to the bench slice, in ``cfg.out_dir``."""
-    from mlpmem.pipeline.config import PipelineConfig
-    from mlpmem.pipeline.run import Run
-
     rc = PipelineConfig.from_yaml(config_path)
     source_dir = rc.run_dir
     if Path(cfg.out_dir).resolve() == Path(source_dir).resolve():
@@ -318,12 +315,13 @@ def report(r: dict) -> str:
              f"{tim['keys_train']['seconds']:.1f}", f"{tim['keys_train']['tokens_per_s']:.0f}"],
             ["teacher (stage_teacher)", tim["teacher"]["tokens"], f"{tim['teacher']['seconds']:.1f}",
              f"{tim['teacher']['tokens_per_s']:.0f}"],
-            [f"memory training ({st['train']['steps']} steps x {st['train']['batch_size']}, "
-             f"{st['train']['precision']})", st["train"]["steps"] * st["train"]["batch_size"],
-             f"{st['train']['seconds']:.1f}", f"{st['train']['tokens_per_s']:.0f}"]]
+            *[[f"memory training, {name} head + loss ({st['train']['steps']} steps x {st['train']['batch_size']}, "
+               f"{st['train']['precision']})", st["train"]["steps"] * st["train"]["batch_size"],
+               f"{v['seconds']:.1f}", f"{v['tokens_per_s']:.0f}"] for name, v in st["train"]["loss_paths"].items()]]
     lines += ["## Pipeline stages on the slice\n",
               markdown_table(["stage", "tokens", "seconds", "tokens/s"], rows), "",
-              f"Teacher / key-extraction time: **{r['teacher_over_keys']:.2f}** (target ≤ 1).", ""]
+              f"Teacher / key-extraction time: **{r['teacher_over_keys']:.2f}** (target ≤ 1). Training tokens/s, fused "
+              f"head + loss / autograd path: **{st['train']['fused_over_autograd']:.2f}** (target ≥ 3).", ""]
     peak = r["matmul_peak_flops"]
     lines += ["## Training against the measured matmul peak\n",
               f"Plain {cfg['peak_size']}² matmul: fp32 {peak['fp32']['median'] / 1e9:.1f} GFLOP/s, bf16 "

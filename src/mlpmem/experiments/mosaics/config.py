@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mlpmem.config import Config
+from mlpmem.corpora.registry import CORPORA
 from mlpmem.errors import ConfigError
 from mlpmem.mosaics.config import MosaicsConfig
 
@@ -104,8 +105,6 @@ class MosaicsExperiment(Config):
     eval: EvalSection = field(default_factory=EvalSection)
 
     def validate(self) -> None:
-        from mlpmem.corpora.registry import CORPORA
-
         unknown = [name for name in [self.corpus, *self.extra_train] if name not in CORPORA]
         if unknown:
             raise ConfigError(f"unknown mosaics corpus {unknown[0]!r}: expected one of {', '.join(CORPORA)}")

@@ -16,18 +16,22 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm.auto import tqdm
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+from mlpmem.backbone import ensure_shipped
+from mlpmem.corpora.documents import SPLITS
+from mlpmem.corpora.registry import prepare
+from mlpmem.corpora.store import read_split
 from mlpmem.errors import ConfigError, CorpusError
+from mlpmem.utils.shards import compare_settings, read_json, write_json
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<pad>"]
 
 
 def train_bpe(texts: list[str], vocab_size: int, out_dir: Path):
     """A byte-level BPE trained on ``texts``, saved to ``out_dir`` and returned as a fast tokenizer."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -42,15 +46,11 @@ def train_bpe(texts: list[str], vocab_size: int, out_dir: Path):
 
 def load_tokenizer(kind: str, texts: list[str], vocab_size: int, out_dir: Path):
     """The experiment's tokenizer: trained once (bpe) or the shipped SmolLM2 one, cached in ``out_dir``."""
-    from transformers import AutoTokenizer
-
     if (out_dir / "tokenizer_config.json").is_file():
         return AutoTokenizer.from_pretrained(out_dir)
     if kind == "bpe":
         return train_bpe(texts, vocab_size, out_dir)
     if kind == "smollm2":
-        from mlpmem.backbone import ensure_shipped
-
         tok = AutoTokenizer.from_pretrained(ensure_shipped("smollm2-135m"))
         tok.save_pretrained(out_dir)
         return tok
@@ -110,8 +110,6 @@ def evaluation_starts(n_tokens: int, seq_len: int) -> np.ndarray:
 
 def check_data_settings(out: Path, exp) -> None:
     """Record which text and tokenizer ``out`` holds streams of; refuse to reuse them for other settings."""
-    from mlpmem.utils.shards import compare_settings, read_json, write_json
-
     settings = {"corpus": exp.corpus, "extra_train": list(exp.extra_train), "tokenizer": exp.tokenizer,
                 "vocab_size": exp.vocab_size}
     path = out / "data" / "settings.json"
@@ -127,10 +125,6 @@ def check_data_settings(out: Path, exp) -> None:
 
 def prepare_streams(exp, progress: bool = True) -> tuple[object, dict[str, tuple[np.ndarray, np.ndarray]]]:
     """Tokenizer and the three token streams of an experiment, built once under ``out_dir``."""
-    from mlpmem.corpora.documents import SPLITS
-    from mlpmem.corpora.registry import prepare
-    from mlpmem.corpora.store import read_split
-
     out = Path(exp.out_dir)
     check_data_settings(out, exp)
     folder = prepare(exp.corpus)

@@ -7,15 +7,21 @@ per token), ``mosaics/`` and ``transformer/`` (checkpoint, ``train_state.json``,
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from mlpmem.errors import MlpmemError
+from mlpmem.experiments.mosaics import tasks
 from mlpmem.experiments.mosaics.config import MosaicsExperiment
 from mlpmem.experiments.mosaics.data import prepare_streams
+from mlpmem.experiments.mosaics.report import write_report
+from mlpmem.experiments.mosaics.trainer import evaluate_loss, train_model
+from mlpmem.experiments.qa.choice import continuation_logprobs
 from mlpmem.mosaics.model import MosaicsForCausalLM
 from mlpmem.mosaics.transformer import (
     build_transformer,
@@ -42,10 +48,6 @@ def sizes(models: dict, seq_len: int) -> dict:
 def train_stage(exp: MosaicsExperiment, kinds=KINDS, progress: bool = True, rebuild: bool = False) -> dict:
     """Train the requested models (a finished one is skipped, an interrupted one resumes; ``rebuild``
     starts them from scratch)."""
-    import shutil
-
-    from mlpmem.experiments.mosaics.trainer import train_model
-
     tokenizer, streams = prepare_streams(exp, progress)
     models = build_models(exp, len(tokenizer))
     out = Path(exp.out_dir)
@@ -66,8 +68,6 @@ def train_stage(exp: MosaicsExperiment, kinds=KINDS, progress: bool = True, rebu
 
 def save_tokenizer_with_models(exp: MosaicsExperiment, kinds=KINDS) -> None:
     """Copy the tokenizer into every trained model folder (so that each loads as a backbone by path)."""
-    from transformers import AutoTokenizer
-
     tokenizer = AutoTokenizer.from_pretrained(Path(exp.out_dir) / "tokenizer")
     for kind in kinds:
         folder = Path(exp.out_dir) / kind / "model"
@@ -76,8 +76,6 @@ def save_tokenizer_with_models(exp: MosaicsExperiment, kinds=KINDS) -> None:
 
 
 def load_trained(exp: MosaicsExperiment, kind: str):
-    from transformers import AutoModelForCausalLM
-
     folder = Path(exp.out_dir) / kind / "model"
     if not (folder / "config.json").is_file():
         raise MlpmemError(f"{folder} not found: run `mlpmem mosaics train` first")
@@ -88,10 +86,6 @@ def load_trained(exp: MosaicsExperiment, kind: str):
 
 def evaluate_model(model, tokenizer, streams: dict, exp: MosaicsExperiment, progress: bool = True) -> dict:
     """The three questions for one model."""
-    from mlpmem.experiments.mosaics import tasks
-    from mlpmem.experiments.mosaics.trainer import evaluate_loss
-    from mlpmem.experiments.qa.choice import continuation_logprobs
-
     cfg = exp.eval
 
     def scorer(pairs):
@@ -123,8 +117,6 @@ def evaluate_model(model, tokenizer, streams: dict, exp: MosaicsExperiment, prog
 
 
 def eval_stage(exp: MosaicsExperiment, kinds=KINDS, progress: bool = True) -> dict:
-    from mlpmem.experiments.mosaics.report import write_report
-
     torch.set_num_threads(exp.train.threads)
     tokenizer, streams = prepare_streams(exp, progress)
     out = Path(exp.out_dir)

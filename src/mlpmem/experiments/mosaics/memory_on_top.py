@@ -12,15 +12,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mlpmem.config import from_dict
 from mlpmem.experiments.mosaics.config import MosaicsExperiment
+from mlpmem.experiments.mosaics.experiment import save_tokenizer_with_models
+from mlpmem.experiments.mosaics.report import KIND_NAMES
+from mlpmem.pipeline import run_pipeline
+from mlpmem.pipeline.config import PipelineConfig
+from mlpmem.pipeline.run import Run
 from mlpmem.utils.shards import write_json
 
 
 def pipeline_config(exp: MosaicsExperiment, kind: str, max_train_tokens: int = 60000, max_eval_tokens: int = 15000):
     """The MLP Memory pipeline configuration of one trained model."""
-    from mlpmem.config import from_dict
-    from mlpmem.pipeline.config import PipelineConfig
-
     out = Path(exp.out_dir)
     raw = {
         "run_dir": str(out / f"memory-{kind}"),
@@ -39,10 +42,6 @@ def pipeline_config(exp: MosaicsExperiment, kind: str, max_train_tokens: int = 6
 
 def memory_stage(exp: MosaicsExperiment, kinds, progress: bool = True, rebuild: bool = False) -> dict:
     """Run the MLP Memory pipeline on each trained model; summary in ``out_dir/memory_on_top.json``."""
-    from mlpmem.experiments.mosaics.experiment import save_tokenizer_with_models
-    from mlpmem.pipeline import run_pipeline
-    from mlpmem.pipeline.run import Run
-
     save_tokenizer_with_models(exp, kinds)
     summary = {}
     for kind in kinds:
@@ -56,8 +55,6 @@ def memory_stage(exp: MosaicsExperiment, kinds, progress: bool = True, rebuild: 
 
 
 def memory_table(summary: dict) -> str:
-    from mlpmem.experiments.mosaics.report import KIND_NAMES
-
     rows = ["| base model | test PPL alone | kNN-LM | memory alone | memory + model (λ) | memory trainable params "
             "(with tied head) | memory MB | datastore MB |",
             "|---|---:|---:|---:|---:|---:|---:|---:|"]

@@ -13,6 +13,8 @@ import numpy as np
 import torch
 
 from mlpmem.mosaics.config import MosaicsConfig
+from mlpmem.mosaics.model import MosaicsForCausalLM
+from mlpmem.mosaics.transformer import build_transformer, count_parameters
 
 
 def recall_batch(rng: np.random.Generator, batch: int, length: int, vocab: int):
@@ -52,9 +54,6 @@ def train_recall(model, steps: int = 150, vocab: int = 24, length: int = 20, lr:
 
 def compare(layers=(1, 2), steps: int = 150, seed: int = 0) -> list[dict]:
     """Recall accuracy of tiny Memory Mosaics and matched Transformers of each depth."""
-    from mlpmem.mosaics.model import MosaicsForCausalLM
-    from mlpmem.mosaics.transformer import build_transformer, count_parameters
-
     rows = []
     for n in layers:
         for kind in ("mosaics", "transformer"):

@@ -28,6 +28,8 @@ import random
 import numpy as np
 
 from mlpmem.experiments.mosaics.config import EvalSection
+from mlpmem.experiments.qa.bigbench import qa_wikidata
+from mlpmem.experiments.qa.synthetic import DOC_TEMPLATES, SyntheticConfig, document, make_entities
 
 PROBES = {
     "birth_city": "{name} comes from the city of",
@@ -78,8 +80,6 @@ def _shuffle_choices(rng: random.Random, answer: str, others: list[str]) -> tupl
 
 def cloze_items(cfg: EvalSection, seed: int = 0) -> list[dict]:
     """qa_wikidata facts as multiple choice against answers of other facts of the same relation."""
-    from mlpmem.experiments.qa.bigbench import qa_wikidata
-
     facts = [f for f in qa_wikidata(seed=seed) if f["answers"] and f["answers"][0].strip()]
     relation = {f["id"]: " ".join(f["question"].split()[:3]) for f in facts}
     pools: dict[str, list[str]] = {}
@@ -105,13 +105,6 @@ def cloze_items(cfg: EvalSection, seed: int = 0) -> list[dict]:
 
 def new_knowledge_items(n_docs: int, trials: int, choices: int, seed: int = 0) -> list[dict]:
     """``trials`` contexts of ``n_docs`` fictional biographies and a probe about one of them."""
-    from mlpmem.experiments.qa.synthetic import (
-        DOC_TEMPLATES,
-        SyntheticConfig,
-        document,
-        make_entities,
-    )
-
     people = make_entities(SyntheticConfig(num_entities=400, num_cities=60, num_employers=60, seed=seed))
     rng = random.Random(f"mosaics-new-knowledge:{seed}:{n_docs}")
     items = []

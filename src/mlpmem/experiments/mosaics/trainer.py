@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from accelerate import Accelerator
 from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
@@ -82,8 +83,6 @@ def _load_checkpoint(folder: Path, model, optimizer) -> dict:
 def train_model(model, streams: dict, cfg: TrainSection, out_dir: str | Path, seed: int = 0, name: str = "model",
                 progress: bool = True, stop_after: int | None = None) -> dict:
     """Train ``model`` in place on ``streams['train']``; resumes from ``out_dir/checkpoint`` if present."""
-    from accelerate import Accelerator
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(cfg.threads)

@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 from mlpmem.baselines.methods import METHODS, OLD_NAMES
+from mlpmem.experiments.ablation import study_table
 from mlpmem.reporting.tables import DASH, count, fixed, markdown_table, mebibytes
 
 LABELS = {"backbone": "backbone", "rag-dense": "RAG-dense", "rag-bm25": "RAG-BM25", "knnlm": "kNN-LM", "cpt": "CPT",
@@ -126,8 +127,6 @@ def no_regression_table(results: dict) -> str:
 
 
 def ablation_section(results: dict, docs_dir: Path) -> str:
-    from mlpmem.experiments.ablation import study_table
-
     abl = results.get("ablations") or {}
     if not abl.get("studies"):
         return "(no ablations)"

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -199,8 +200,6 @@ def chance_accuracy(bench: SyntheticBenchmark, split: str = "held_out") -> float
 
     The best an entity-blind guesser can do; held-out entities should score about this.
     """
-    from collections import Counter
-
     counts = {a: Counter(getattr(e, a) for e in bench.entities) for a in ATTRIBUTES}
     qs = bench.questions[split]
     hits = sum(counts[q["attribute"]].most_common(1)[0][0] in q["answers"] for q in qs)

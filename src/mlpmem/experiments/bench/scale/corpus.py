@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 import yaml
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from mlpmem.backbone import load_backbone
 from mlpmem.corpora.documents import split_files
@@ -43,8 +44,6 @@ def repeated_corpus(config: str, out: Path, repeats: int, overrides: list[str] =
 
 def tiny_backbone(name: str, folder: Path) -> Path:
     """A random 2-layer Llama (d = 64, seed 0) with the tokenizer of backbone ``name``, saved once to ``folder``."""
-    from transformers import LlamaConfig, LlamaForCausalLM  # heavy: only when the backbone is first made
-
     if (folder / "config.json").is_file():
         return folder
     tokenizer = load_backbone(name)[1]

@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from conftest import write_corpus
+from helpers.corpus import write_corpus
 from mlpmem.cli import main as cli_main
 from mlpmem.errors import ConfigError
 from mlpmem.experiments.bench.offline import OfflineBenchConfig, main

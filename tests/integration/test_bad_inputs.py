@@ -13,7 +13,9 @@ import pytest
 import torch
 
 import mlpmem.utils.shards
-from conftest import corpus_text, make_llama
+from helpers.corpus import corpus_text
+from helpers.paths import ROOT
+from helpers.tiny import tiny_backbone
 from mlpmem.corpora.documents import (
     Document,
     make_windows,
@@ -37,7 +39,6 @@ from mlpmem.training.loss import check_alpha
 from mlpmem.utils.shards import DiskFull, sha256_file
 
 KW = dict(layer=-1, site="ffn_input", block_size=24, stride=12, batch_size=2, batches_per_shard=2, progress=False)
-ROOT = Path(__file__).parent.parent
 
 
 @pytest.fixture(autouse=True)
@@ -116,11 +117,13 @@ def test_other_tokenizer_or_backbone(store_dir, docs, tiny_llama, tiny_tokenizer
         store.check_backbone(tiny_llama, tok2)
     one_line(exc, "tokenizer_sha")
     with pytest.raises(FingerprintMismatch) as exc:
-        store.check_backbone(make_llama(len(tiny_tokenizer), seed=3), tiny_tokenizer)
+        other = tiny_backbone("llama", seed=3, vocab_size=len(tiny_tokenizer), preset="bpe")
+        store.check_backbone(other, tiny_tokenizer)
     one_line(exc, "weights_sha")
     before = snapshot(store_dir)
     with pytest.raises(CorruptArtifact) as exc:  # resuming a build with another backbone refuses to mix
-        build_keystore(make_llama(len(tiny_tokenizer), seed=3), tiny_tokenizer, docs, store_dir, **KW)
+        other = tiny_backbone("llama", seed=3, vocab_size=len(tiny_tokenizer), preset="bpe")
+        build_keystore(other, tiny_tokenizer, docs, store_dir, **KW)
     one_line(exc, "backbone", "--rebuild")
     assert snapshot(store_dir) == before
 

@@ -2,18 +2,17 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import write_corpus
+from helpers.corpus import write_corpus
+from helpers.paths import ROOT
 from mlpmem.cli import canonical_argv, main
 from mlpmem.cli.spec import function
 from mlpmem.cli.table import ALIASES, COMMANDS
 from mlpmem.errors import ConfigError
 from mlpmem.pipeline.config import PipelineConfig
 
-ROOT = Path(__file__).parent.parent
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 
 

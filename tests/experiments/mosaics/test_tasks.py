@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from helpers.paths import ROOT
 from mlpmem.errors import ConfigError
 from mlpmem.experiments.mosaics import tasks
 from mlpmem.experiments.mosaics.config import (
@@ -17,7 +17,7 @@ from mlpmem.experiments.mosaics.config import (
     TrainSection,
 )
 
-CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs" / "mosaics").glob("*.yaml"))
+CONFIGS = sorted((ROOT / "configs" / "mosaics").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
@@ -43,12 +43,12 @@ def test_bad_values_are_one_line_config_errors(tmp_path):
 
 
 def test_extra_training_text_and_data_settings(tmp_path, monkeypatch):
-    from mlpmem.corpora import registry, store
+    from mlpmem.experiments.mosaics import data
     from mlpmem.experiments.mosaics.data import prepare_streams
 
     texts = {"wikipedia-by-article": "the article says the river is long. ", "shakespeare-by-play": "to be or not. "}
-    monkeypatch.setattr(registry, "prepare", lambda name: name)
-    monkeypatch.setattr(store, "read_split",
+    monkeypatch.setattr(data, "prepare", lambda name: name)
+    monkeypatch.setattr(data, "read_split",
                         lambda name, split: [{"text": texts[name] * (20 if split == "train" else 3)}])
     exp = MosaicsExperiment(out_dir=str(tmp_path / "run"), vocab_size=300)
     _, alone = prepare_streams(exp, progress=False)

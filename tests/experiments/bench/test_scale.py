@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from conftest import write_corpus
+from helpers.corpus import write_corpus
 from mlpmem.datastore import KeyStore
 from mlpmem.experiments.bench.scale.corpus import repeated_corpus
 from mlpmem.experiments.bench.scale.report import markdown

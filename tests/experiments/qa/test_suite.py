@@ -7,12 +7,12 @@ import tarfile
 import pytest
 import yaml
 
-from conftest import corpus_text
+from helpers.corpus import corpus_text
+from helpers.encoders import BagOfWordsEncoder
 from mlpmem.baselines.methods import METHODS
 from mlpmem.cli import main
 from mlpmem.experiments.qa.bigbench import TASK_MEMBER
 from mlpmem.experiments.qa.config import QASuiteConfig
-from test_rag import BagOfWordsEncoder
 
 BIGBENCH = {
     "qa_wikidata": {"examples": [{"input": "The keeper of the lighthouse is", "target": "old"},

@@ -1,17 +1,15 @@
 """The code's defaults are the default preset, keys that moved name their new place, YAML floats are floats."""
 
 import typing
-from pathlib import Path
 
 import pytest
 
+from helpers.paths import CONFIGS
 from mlpmem.errors import ConfigError
 from mlpmem.memory.config import INITS, PRESET_LAYERS
 from mlpmem.pipeline.config import PipelineConfig
 from mlpmem.pipeline.memory import MemorySection
 from mlpmem.training.config import TrainConfig
-
-CONFIGS = Path(__file__).parent.parent / "configs"
 
 
 def test_code_defaults_equal_the_default_preset():

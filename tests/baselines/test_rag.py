@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-import torch
 
+from helpers.encoders import BagOfWordsEncoder
 from mlpmem.baselines.rag import (
     RAG,
     BM25Retriever,
@@ -20,17 +20,6 @@ DOCS = [
     "Mado Vilage works for Ruda Group as an astronomer.",
     "The lighthouse keeper counted gulls and boats every morning.",
 ]
-
-
-class BagOfWordsEncoder:
-    """A stand-in sentence encoder: normalized word-hash counts (no model download in tests)."""
-
-    def encode(self, texts, **kwargs):
-        out = torch.zeros(len(texts), 64)
-        for i, t in enumerate(texts):
-            for w in t.lower().replace(".", " ").replace("?", " ").split():
-                out[i, sum(map(ord, w)) % 64] += 1
-        return torch.nn.functional.normalize(out, dim=1)
 
 
 @pytest.mark.parametrize("kind", ["dense", "bm25"])

@@ -5,7 +5,8 @@ import copy
 import pytest
 import torch
 
-from conftest import corpus_text, make_gpt2, make_llama
+from helpers.corpus import corpus_text
+from helpers.tiny import tiny_backbone
 from mlpmem.baselines.cpt import FinetuneConfig, pack_blocks, train_cpt
 from mlpmem.baselines.lora import (
     LoRAConfig,
@@ -18,10 +19,10 @@ from mlpmem.baselines.lora import (
 from mlpmem.errors import ConfigError
 
 
-@pytest.mark.parametrize("make", [make_llama, make_gpt2])
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
 @pytest.mark.parametrize("target", [1, 5000, 20000])
-def test_lora_rank_rule_matches_parameter_count(make, target):
-    model = make(160)
+def test_lora_rank_rule_matches_parameter_count(family, target):
+    model = tiny_backbone(family, vocab_size=160, preset="bpe")
     targets = default_targets(model)
     per_rank = params_per_rank(model, targets)
     rank = lora_rank_for(model, target)
@@ -33,7 +34,8 @@ def test_lora_rank_rule_matches_parameter_count(make, target):
 
 
 def test_llama_targets_and_per_rank_by_hand():
-    model = make_llama(160)  # hidden 32, intermediate 64, 4 heads, 2 kv heads (kv dim 16), 3 layers
+    # hidden 32, intermediate 64, 4 heads, 2 kv heads (kv dim 16), 3 layers
+    model = tiny_backbone("llama", vocab_size=160, preset="bpe")
     assert default_targets(model) == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     per_layer = (32 + 32) + (32 + 16) + (32 + 16) + (32 + 32) + 3 * (32 + 64)
     assert params_per_rank(model, default_targets(model)) == 3 * per_layer
@@ -55,7 +57,7 @@ def _loss(model, tokenizer, text):
 
 
 def test_cpt_trains_every_parameter_and_lowers_the_loss(tiny_tokenizer):
-    model = make_llama(len(tiny_tokenizer))
+    model = tiny_backbone("llama", vocab_size=len(tiny_tokenizer), preset="bpe")
     docs = corpus_text(6)
     before = _loss(model, tiny_tokenizer, docs[0])
     stats = train_cpt(model, tiny_tokenizer, docs, FinetuneConfig(epochs=3, lr=3e-3, batch_size=2, block_size=32),
@@ -66,7 +68,7 @@ def test_cpt_trains_every_parameter_and_lowers_the_loss(tiny_tokenizer):
 
 
 def test_lora_trains_only_adapters_and_merges(tiny_tokenizer):
-    model = make_llama(len(tiny_tokenizer))
+    model = tiny_backbone("llama", vocab_size=len(tiny_tokenizer), preset="bpe")
     original = copy.deepcopy(model)
     docs = corpus_text(6)
     cfg = LoRAConfig(finetune=FinetuneConfig(epochs=3, lr=1e-2, batch_size=2, block_size=32))

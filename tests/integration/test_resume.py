@@ -17,10 +17,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import _stage_worker as worker
+from helpers import stage_worker as worker
+from helpers.paths import ROOT
 
-WORKER = Path(__file__).parent / "_stage_worker.py"
-ROOT = Path(__file__).parent.parent
+WORKER = Path(worker.__file__)
 
 
 pytestmark = pytest.mark.usefixtures("subprocess_stage_env")

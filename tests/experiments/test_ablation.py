@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import write_corpus
+from helpers.corpus import write_corpus
 from mlpmem.errors import ConfigError
 from mlpmem.experiments.ablation import (
     ALL_STUDIES,

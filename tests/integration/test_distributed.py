@@ -15,7 +15,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import _stage_worker as worker
+from helpers import stage_worker as worker
+from helpers.paths import ROOT
 from mlpmem.errors import ConfigError
 from mlpmem.memory import MLPMemory
 from mlpmem.training.checkpoint import load_checkpoint
@@ -30,8 +31,7 @@ from mlpmem.utils.distributed import (
 )
 from mlpmem.utils.shards import save_array
 
-WORKER = Path(__file__).parent / "_stage_worker.py"
-ROOT = Path(__file__).parent.parent
+WORKER = Path(worker.__file__)
 WEIGHTS = "model.safetensors"
 
 

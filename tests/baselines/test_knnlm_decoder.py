@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from _tiny import PAD, VOCAB, TinyTokenizer, left_padded, tiny_backbone
+from helpers.tiny import PAD, VOCAB, TinyTokenizer, left_padded, tiny_backbone
 from mlpmem.backbone import KeyHook, resolve_layer
 from mlpmem.baselines.knnlm import (
     CombinedKeyStore,

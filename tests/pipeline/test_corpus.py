@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import corpus_text, write_corpus
+from helpers.corpus import corpus_text, write_corpus
 from mlpmem.corpora import tokens
 from mlpmem.corpora.documents import Document, tokenize_documents
 from mlpmem.errors import CorpusError

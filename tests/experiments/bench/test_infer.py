@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from _tiny import VOCAB, tiny_backbone
-from conftest import write_corpus
+from helpers.corpus import write_corpus
+from helpers.tiny import VOCAB, tiny_backbone
 from mlpmem.cli import main as cli_main
 from mlpmem.errors import ConfigError
 from mlpmem.experiments.bench.infer.config import InferBenchConfig
