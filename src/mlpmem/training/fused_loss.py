@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from mlpmem.errors import ConfigError
-from mlpmem.training.loss import LOG_TINY, check_alpha
+from mlpmem.training.loss import LOG_TINY, check_alpha, check_teacher_shapes
 
 DEFAULT_CHUNK = 1024  # rows per chunk: bounds the (chunk, V) buffers; large, so that grad_W accumulates rarely
 TINY = torch.finfo(torch.float32).tiny
@@ -81,16 +81,7 @@ def _check_inputs(hidden, weight, bias, teacher_ids, teacher_probs, teacher_resi
         )
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
         raise ConfigError(f"bias must be (V={weight.shape[0]},), got {tuple(bias.shape)}")
-    n = hidden.shape[0]
-    if teacher_ids.ndim != 2 or teacher_ids.shape[0] != n or teacher_probs.shape != teacher_ids.shape:
-        raise ConfigError(
-            f"teacher_ids {tuple(teacher_ids.shape)} and teacher_probs {tuple(teacher_probs.shape)} "
-            f"must both be (N={n}, K)"
-        )
-    if tuple(teacher_residual.shape) != (n,) or tuple(targets.shape) != (n,):
-        raise ConfigError(
-            f"teacher_residual {tuple(teacher_residual.shape)} and targets {tuple(targets.shape)} must be (N={n},)"
-        )
+    check_teacher_shapes(hidden.shape[0], teacher_ids, teacher_probs, teacher_residual, targets)
 
 
 def _check_chunk(chunk_size) -> int:

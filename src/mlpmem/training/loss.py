@@ -55,7 +55,11 @@ def check_alpha(alpha: float) -> float:
 def _check_shapes(logits, teacher_ids, teacher_probs, teacher_residual, targets) -> None:
     if logits.ndim != 2:
         raise ConfigError(f"logits must be (N, V), got shape {tuple(logits.shape)}")
-    n = logits.shape[0]
+    check_teacher_shapes(logits.shape[0], teacher_ids, teacher_probs, teacher_residual, targets)
+
+
+def check_teacher_shapes(n: int, teacher_ids, teacher_probs, teacher_residual, targets) -> None:
+    """The sparse teacher rows and targets of ``n`` positions: ids/probs (n, K), residual and targets (n,)."""
     if teacher_ids.ndim != 2 or teacher_ids.shape[0] != n or teacher_probs.shape != teacher_ids.shape:
         raise ConfigError(
             f"teacher_ids {tuple(teacher_ids.shape)} and teacher_probs {tuple(teacher_probs.shape)} "
