@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from mlpmem.errors import CorruptArtifact
 from mlpmem.memory.model import MLPMemory
+from mlpmem.utils.io import replace_dir
 from mlpmem.utils.shards import read_json, sha256_file, write_json, writing
 
 CHECKPOINT_FILES = ("memory/model.safetensors", "optimizer.safetensors")
@@ -37,12 +38,7 @@ def save_checkpoint(folder: Path, memory: torch.nn.Module, moments: dict[str, to
     tmp = folder.with_name(folder.name + ".tmp")
     with writing(tmp):
         _write_checkpoint(tmp, memory, moments, state)
-    old = folder.with_name(folder.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if folder.exists():
-        folder.rename(old)
-    tmp.rename(folder)
-    shutil.rmtree(old, ignore_errors=True)
+    replace_dir(tmp, folder, old=folder.with_name(folder.name + ".old"))  # recover_checkpoint knows this name
 
 
 def _write_checkpoint(tmp: Path, memory: torch.nn.Module, moments: dict[str, torch.Tensor], state: dict) -> None:
