@@ -31,6 +31,7 @@ $M qa report configs/qa/report.yaml
 $M bench infer configs/default.yaml --out runs/bench/infer
 $M bench infer configs/default.yaml --methods backbone,memory,knnlm,rag,knnlm-exact --out runs/bench/infer-1m
 $M bench offline configs/default.yaml --out runs/bench/offline-idle
+$M bench offline configs/quick.yaml --out runs/bench/offline-fused --teacher-queries 0 --quiet
 # scale (docs/scale.md, docs/results/scale/)
 $M bench scale configs/quick.yaml --tokens 4096 --sizes 60000,240000 --train-steps 30 --out runs/scale-idle \
   --docs docs/results/scale

@@ -10,6 +10,7 @@
       teacher/               sparse top-K kNN targets for every datastore position
       train/                 the memory's resumable checkpoint and training state
       memory/                the trained memory (config.json + model.safetensors)
+      learning_curve.png     validation perplexity during training
       results.json, report.md, lambda.png   the evaluation
       timings.json           seconds and tokens/s of every stage
       ablations/<study>/     variants of the memory trained on this run's datastore
@@ -85,6 +86,11 @@ class RunLayout:
     @property
     def lambda_plot(self) -> Path:
         return self.root / "lambda.png"
+
+    @property
+    def learning_curve(self) -> Path:
+        """Validation perplexity against training tokens (written by the train stage)."""
+        return self.root / "learning_curve.png"
 
     @property
     def timings(self) -> Path:

@@ -4,7 +4,8 @@
 
 Stages: ``datastore`` (OUT/ds), ``teacher`` (OUT/teacher, exact or ``ivf`` index), ``train`` (OUT/train, then
 OUT/memory); ``train-tied`` trains a memory whose head is the backbone's frozen embedding (OUT/train-tied, then
-OUT/memory-tied); a ``-fsdp`` suffix trains either with ``sharding: fsdp`` into the same folders, and
+OUT/memory-tied); a ``-fsdp`` suffix trains either with ``sharding: fsdp`` into the same folders, a ``-select``
+suffix evaluates every quarter epoch on a validation set that training makes worse, with early stopping, and
 ``MLPMEM_TEST_STOP_AFTER=n`` stops training after n steps.
 
 ``MLPMEM_TEST_KILL_AT=n`` SIGKILLs the process at its n-th rename (``os.replace``/``os.rename``: the commit point
@@ -100,10 +101,14 @@ def train_stage(stage: str, backbone_dir: Path, out: Path) -> None:
     data = TrainData(store.rows("keys"), store.rows("values"), teacher.rows("ids"), teacher.rows("probs"),
                      teacher.rows("residual"))
     n = min(100, store.num_rows)
-    val = EvalData(store.array("keys")[:n], store.array("values")[:n],
-                   np.full(n, -np.log(store.manifest["backbone"]["vocab_size"]), np.float32))
+    vocab = store.manifest["backbone"]["vocab_size"]
+    targets = store.array("values")[:n]
+    if "select" in flags:  # the rarest next token of training everywhere: validation gets worse
+        targets = np.full(n, np.bincount(store.array("values"), minlength=vocab).argmin(), targets.dtype)
+    val = EvalData(store.array("keys")[:n], targets, np.full(n, -np.log(vocab), np.float32))
     memory = tiny_memory(store, backbone_dir if suffix else None)
-    cfg = TrainConfig(**TRAIN, sharding="fsdp" if "fsdp" in flags else "ddp")
+    select = dict(eval_every=0.25, patience=2, eval_lambdas=[0.5, 1.0]) if "select" in flags else {}
+    cfg = TrainConfig(**{**TRAIN, **select}, sharding="fsdp" if "fsdp" in flags else "ddp")
     stop = int(os.environ.get("MLPMEM_TEST_STOP_AFTER", "0")) or None
     train_memory(memory, data, val, cfg, out / f"train{suffix}", progress=False, stop_after=stop)
     if int(os.environ.get("RANK", "0")) == 0:

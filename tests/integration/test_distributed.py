@@ -203,6 +203,21 @@ def test_checkpoints_resume_across_sharding_and_processes(reference, tiny_backbo
     assert_close_files(reference / "memory" / WEIGHTS, run / "memory" / WEIGHTS)
 
 
+@pytest.mark.parametrize("stage", ["train-select", "train-select-fsdp"])
+def test_early_stop_on_two_processes_equals_one_process(reference, tiny_backbone_dir, tmp_path, stage):
+    """Evaluations every quarter epoch and early stopping: process 0 decides, both stop at its step and end
+    with the best weights, those of one process."""
+    one, two = train_copy(reference, tmp_path / "one"), train_copy(reference, tmp_path / "two")
+    worker.run_stage("train-select", tiny_backbone_dir, one)
+    proc = launch(tiny_backbone_dir, two, stage)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b = (json.loads((run / "train" / "train_state.json").read_text()) for run in (one, two))
+    assert a["stopped_early"] and a["restored_best"] and b["processes"] == 2
+    assert (a["step"], a["best_step"], b["stopped_early"]) == (b["step"], b["best_step"], True)
+    assert_close_files(one / "memory" / WEIGHTS, two / "memory" / WEIGHTS)
+    assert_close_files(one / "train" / "best" / WEIGHTS, two / "memory" / WEIGHTS)
+
+
 def test_bad_sharding_is_a_config_error():
     with pytest.raises(ConfigError, match=r"sharding must be one of \['ddp', 'fsdp'\], got 'zero3'"):
         TrainConfig(sharding="zero3")

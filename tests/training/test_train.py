@@ -92,3 +92,86 @@ def test_schedule_and_order():
 def test_train_config_errors(bad):
     with pytest.raises(ConfigError):
         TrainConfig(**bad)
+
+
+def _worsening_val(val):
+    """Validation whose next tokens are none of the trained ones: training makes it worse."""
+    return EvalData(val.keys, (val.targets + 2) % V, val.lm_logprob)
+
+
+SELECT = dict(CFG, eval_lambdas=[0.5, 1.0], eval_every=0.25)
+
+
+def test_early_stop_restores_the_best_weights(tmp_path):
+    data, val = _data()
+    memory = _memory()
+    cfg = TrainConfig(**dict(SELECT, lr=5e-2, patience=2))
+    state = train_memory(memory, data, _worsening_val(val), cfg, tmp_path, progress=False)
+    joint = [h["joint_ppl"] for h in state["history"]]
+    assert state["stopped_early"] and state["restored_best"] and state["step"] < 30
+    assert state["best_joint_ppl"] == min(joint) and len(joint) - 1 - joint.index(min(joint)) == 2
+    assert state["best_step"] == state["history"][joint.index(min(joint))]["step"]
+    assert [h["tokens_seen"] for h in state["history"]][:2] == [96, 192]  # every 3 of the 10 steps of 32 rows
+    best = MLPMemory.from_pretrained(tmp_path / "best").state_dict()
+    last = MLPMemory.from_pretrained(tmp_path / "checkpoint" / "memory").state_dict()
+    for name, value in memory.state_dict().items():
+        assert torch.equal(value, best[name]), name
+    assert any(not torch.equal(v, last[k]) for k, v in memory.state_dict().items())
+
+
+@pytest.mark.parametrize("stop_after", [7, 9, 10])  # after a checkpoint-less step, an evaluation, the stop
+def test_resume_with_selection_equals_uninterrupted(tmp_path, stop_after):
+    data, val = _data()
+    val = _worsening_val(val)
+    cfg = dict(SELECT, lr=5e-2, patience=3)
+    full = _memory()
+    s_full = train_memory(full, data, val, TrainConfig(**cfg), tmp_path / "a", progress=False)
+    train_memory(_memory(), data, val, TrainConfig(**cfg), tmp_path / "b", progress=False, stop_after=stop_after)
+    resumed = _memory()
+    s_res = train_memory(resumed, data, val, TrainConfig(**cfg), tmp_path / "b", progress=False)
+    assert s_full["stopped_early"] and s_res["step"] == s_full["step"] == 10  # evaluations at 3, 6, 9, 10
+    assert (s_res["best_step"], s_res["stopped_early"]) == (s_full["best_step"], s_full["stopped_early"])
+    for (name, a), b in zip(full.state_dict().items(), resumed.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+    again = _memory()  # a rerun after the early stop: nothing more is trained, the best weights are restored
+    s_again = train_memory(again, data, val, TrainConfig(**cfg), tmp_path / "b", progress=False)
+    assert s_again["step"] == s_full["step"] and s_again["restored_best"]
+    for (name, a), b in zip(full.state_dict().items(), again.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_plain_run_keeps_its_last_weights_and_evaluates_at_epoch_ends(tmp_path):
+    data, val = _data()
+    memory = _memory()
+    state = train_memory(memory, data, _worsening_val(val), TrainConfig(**dict(CFG, lr=5e-2)), tmp_path,
+                         progress=False)
+    assert [h["epoch"] for h in state["history"]] == [1, 2, 3] and not state["restored_best"]
+    assert (tmp_path / "best" / "model.safetensors").exists()
+    last = MLPMemory.from_pretrained(tmp_path / "checkpoint" / "memory").state_dict()
+    for name, value in memory.state_dict().items():
+        assert torch.equal(value, last[name]), name
+
+
+def test_linear_schedule_and_warmup_steps():
+    cfg = TrainConfig(schedule="linear", warmup_steps=10, min_lr_fraction=0.1)
+    assert [lr_at(s, 110, cfg) for s in (0, 4, 9)] == pytest.approx([0.1, 0.5, 1.0])
+    assert [lr_at(s, 110, cfg) for s in (10, 60, 110)] == pytest.approx([1.0, 0.55, 0.1])
+    cosine = TrainConfig(warmup_steps=10, min_lr_fraction=0.1)
+    assert lr_at(60, 110, cosine) == pytest.approx(0.55) and lr_at(35, 110, cosine) > lr_at(35, 110, cfg)
+
+
+@pytest.mark.parametrize("bad,match", [(dict(patience=0), "train.patience"), (dict(eval_every=0), "train.eval_every"),
+                                       (dict(eval_every=-0.5), "train.eval_every"),
+                                       (dict(warmup_steps=-1), "train.warmup_steps"),
+                                       (dict(schedule="step"), "schedule")])
+def test_selection_config_errors_are_one_line(bad, match):
+    with pytest.raises(ConfigError, match=match) as err:
+        TrainConfig(**bad)
+    assert "\n" not in str(err.value)
+
+
+def test_eval_every_longer_than_the_run_is_a_config_error(tmp_path):
+    data, val = _data()
+    with pytest.raises(ConfigError, match="train.eval_every") as err:
+        train_memory(_memory(), data, val, TrainConfig(**dict(CFG, eval_every=4.0)), tmp_path, progress=False)
+    assert "\n" not in str(err.value) and not (tmp_path / "checkpoint").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from pathlib import Path
@@ -13,9 +14,11 @@ from mlpmem.datastore import KeyStore
 from mlpmem.layout import RunLayout
 from mlpmem.memory import MemoryConfig, MLPMemory, init_from_backbone, init_identity, tie_to_backbone
 from mlpmem.pipeline.run import Run
+from mlpmem.reporting.curves import write_learning_curve
 from mlpmem.teacher import TeacherStore
 from mlpmem.training.data import EvalData, TrainData
 from mlpmem.training.loop import train_memory
+from mlpmem.training.selection import tokens_seen
 from mlpmem.utils.runtime import set_threads
 
 
@@ -45,7 +48,8 @@ def eval_data(run: Run, split: str):
 
 
 def stage_train(run: Run, rebuild: bool = False, out: Path | None = None) -> dict:
-    """Train the memory on the datastore keys and the sparse teacher; save it to ``out/memory``.
+    """Train the memory on the datastore keys and the sparse teacher; save it to ``out/memory`` and its
+    learning curve to ``out/learning_curve.png``.
 
     ``out`` defaults to the run folder (ablations train variants into sub-folders of it).
     """
@@ -67,7 +71,9 @@ def stage_train(run: Run, rebuild: bool = False, out: Path | None = None) -> dic
     state["memory_trainable_parameters"] = memory.num_parameters(trainable_only=True)
     if run.is_main:
         memory.save_pretrained(layout.memory)
+        write_learning_curve(state, layout.learning_curve, run.layout.knnlm_results)
     if out == run.dir:
-        run.record_timing("train", tokens=len(data.targets) * run.cfg.train.epochs, seconds=state["train_seconds"],
-                          tokens_per_s=state["tokens_per_s"])
+        steps_per_epoch = math.ceil(len(data.targets) / run.cfg.train.batch_size)  # fewer steps if stopped early
+        tokens = tokens_seen(state["step"], steps_per_epoch, run.cfg.train.batch_size, len(data.targets))
+        run.record_timing("train", tokens=tokens, seconds=state["train_seconds"], tokens_per_s=state["tokens_per_s"])
     return state

@@ -116,6 +116,8 @@ def write_run_report(run, results: dict) -> None:
         sweep_table(read_json(run.layout.knnlm_results, "knnlm results")),
         "## Test perplexity", results_table(results),
         "![perplexity against lambda](lambda.png)",
+        *([f"## Learning curve\n\n![validation perplexity during training]({run.layout.learning_curve.name})"]
+          if run.layout.learning_curve.exists() else []),
         "## Sharpness of the distributions (paper Tables 7-8)", distribution_table(results),
     ])
     run.layout.report.write_text(text + "\n")

@@ -6,7 +6,7 @@ What the memory *is* (its depth, width, head and initialisation) is the pipeline
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import ClassVar, Literal
 
 from mlpmem.config import Config
@@ -31,6 +31,10 @@ class TrainConfig(Config):
     """Peak learning rate of AdamW (reached after the warmup)."""
     weight_decay: float = 0.01
     warmup_fraction: float = 0.05
+    warmup_steps: int | None = None
+    """Steps of linear warmup; when set it overrides ``warmup_fraction``."""
+    schedule: Literal["cosine", "linear"] = "cosine"
+    """Decay after the warmup, down to ``min_lr_fraction`` of the peak: cosine, or linear (as in the paper)."""
     min_lr_fraction: float = 0.1
     grad_clip: float = 1.0
     loss_chunk: int | None = None
@@ -44,6 +48,13 @@ class TrainConfig(Config):
     checkpoint_every: int = 200
     """Steps between checkpoints (and always at the end of an epoch)."""
     eval_lambdas: list[float] = field(default_factory=lambda: [round(0.05 * i, 2) for i in range(21)])
+    eval_every: float | None = None
+    """Also evaluate on validation every this fraction of an epoch (e.g. 0.25); None: at epoch ends only."""
+    patience: int | None = None
+    """Stop after this many evaluations in a row without a lower joint validation PPL; None: never stop early."""
+    restore_best: bool | None = None
+    """End with the weights of the best evaluation (lowest joint validation PPL, always kept in ``best/``).
+    None: only when ``eval_every`` or ``patience`` is set, so that a plain run keeps its last weights."""
     seed: int = 0
     sharding: Literal["ddp", "fsdp"] = "ddp"
     """With N processes: ``ddp`` (every process holds the whole memory and its AdamW moments) or ``fsdp`` (they
@@ -57,8 +68,21 @@ class TrainConfig(Config):
             raise ConfigError("train epochs, batch_size and checkpoint_every must be >= 1")
         if not self.lr > 0 or self.grad_clip <= 0 or not 0 <= self.warmup_fraction < 1:
             raise ConfigError("train lr and grad_clip must be > 0 and warmup_fraction in [0, 1)")
+        if self.warmup_steps is not None and self.warmup_steps < 0:
+            raise ConfigError(f"train.warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.eval_every is not None and not self.eval_every > 0:
+            raise ConfigError(f"train.eval_every must be a fraction of an epoch > 0, got {self.eval_every}")
+        if self.patience is not None and self.patience < 1:
+            raise ConfigError(f"train.patience must be >= 1 evaluations, got {self.patience}")
+
+    def restores_best(self) -> bool:
+        """Whether the run ends with its best evaluation's weights (see ``restore_best``)."""
+        if self.restore_best is not None:
+            return self.restore_best
+        return self.eval_every is not None or self.patience is not None
 
 
 def recipe(config: dict) -> dict:
-    """A train config (as a dict) without its :data:`RUNTIME_KEYS`: what a checkpoint must agree with."""
-    return {k: v for k, v in config.items() if k not in RUNTIME_KEYS}
+    """A train config (as a dict) without its :data:`RUNTIME_KEYS`: what a checkpoint must agree with. Keys
+    missing from it (a checkpoint written before they existed) read as their defaults."""
+    return {k: v for k, v in {**asdict(TrainConfig()), **config}.items() if k not in RUNTIME_KEYS}

@@ -3,7 +3,9 @@
 Inputs are the stored keys of the datastore and the sparse teacher rows (never a dense
 [tokens, vocab] target). Each epoch visits every position once in a seeded order that depends only on
 (seed, epoch), so a run resumed from a checkpoint sees exactly the batches an uninterrupted run sees.
-AdamW, linear warmup then cosine decay, gradient clipping. The loop runs under ``accelerate``: launched
+AdamW, linear warmup then cosine or linear decay, gradient clipping. Validation is evaluated at every epoch
+end (and every ``eval_every`` of an epoch); the best evaluation's weights are kept, and the run may stop
+early and end with them (:mod:`mlpmem.training.selection`). The loop runs under ``accelerate``: launched
 with N processes (``accelerate launch`` / ``torchrun``) it is data-parallel (DDP): every process takes
 every N-th row of each batch of the shared order, reads only those rows from the memory-mapped shards,
 and scales its loss by ``N · n_rank / n_batch`` so that DDP's gradient average is exactly the gradient of
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator
+from accelerate.utils import broadcast_object_list
 from tqdm.auto import tqdm
 
 from mlpmem.backbone import autocast
@@ -34,6 +37,15 @@ from mlpmem.training.fused_loss import DEFAULT_CHUNK as FUSED_CHUNK
 from mlpmem.training.fused_loss import fused_head_loss
 from mlpmem.training.loss import sparse_hybrid_loss
 from mlpmem.training.optim import adamw, lr_schedule, optimizer_step
+from mlpmem.training.selection import (
+    BEST,
+    eval_interval,
+    fresh_selection,
+    is_eval_step,
+    record_evaluation,
+    restore_best,
+    tokens_seen,
+)
 from mlpmem.training.sharding import gather_checkpoint, return_large_frees_to_os, shard_memory, unshard_into
 from mlpmem.utils.shards import write_json
 
@@ -47,6 +59,9 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
     full weights at the end on every process, as under DDP. ``memory_spec`` (the pipeline's ``memory:``
     section, as a dict) is recorded with the train config: a checkpoint resumes only under both.
     """
+    steps_per_epoch = math.ceil(len(data.targets) / cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs
+    interval = eval_interval(cfg, steps_per_epoch, total)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
@@ -55,8 +70,6 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
     if sharded and accelerator.device.type == "cpu":
         return_large_frees_to_os()
     optimizer = adamw(memory, cfg)
-    steps_per_epoch = math.ceil(len(data.targets) / cfg.batch_size)
-    total = steps_per_epoch * cfg.epochs
     ckpt = out_dir / "checkpoint"
     state = resume_state(accelerator, ckpt, memory, optimizer, cfg, memory_spec)
     if sharded:
@@ -70,7 +83,7 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
     bar = tqdm(total=total, initial=step, desc="train memory", unit="step", disable=not progress,
                dynamic_ncols=True)
     t_start = time.perf_counter() - state["train_seconds"]
-    while step < total:
+    while step < total and not state["stopped"]:
         epoch, in_epoch = divmod(step, steps_per_epoch)
         order = epoch_order(len(data.targets), cfg.seed, epoch)
         idx = order[in_epoch * cfg.batch_size : (in_epoch + 1) * cfg.batch_size]
@@ -85,25 +98,33 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
         bar.update(1)
         bar.set_postfix(loss=f"{parts['loss'].item():.3f}", kl=f"{parts['kl'].item():.3f}",
                         ce=f"{parts['ce'].item():.3f}", tok_s=f"{step * cfg.batch_size / max(elapsed, 1e-9):.0f}")
-        end_of_epoch = step % steps_per_epoch == 0
-        if end_of_epoch and (sharded or accelerator.is_main_process):  # DDP: the other processes' weights are the same
-            model.eval()  # sharded: every process joins the forward (it gathers the blocks); process 0 records
-            metrics = evaluate(model if sharded else whole, val, cfg.eval_lambdas)
-            if accelerator.is_main_process:
-                log_epoch(state, bar, epoch, step, parts["loss"].item(), metrics)
-        if end_of_epoch or step % cfg.checkpoint_every == 0 or step == total:
+        evaluated, improved = is_eval_step(step, steps_per_epoch, interval), False
+        if evaluated:
+            whole_epochs = step % steps_per_epoch == 0  # epoch ends keep their integer epoch
+            entry = {"epoch": step // steps_per_epoch if whole_epochs else round(step / steps_per_epoch, 4),
+                     "step": step, "tokens_seen": tokens_seen(step, steps_per_epoch, cfg.batch_size, len(data.targets)),
+                     "loss": parts["loss"].item()}
+            improved = validate(accelerator, model if sharded else whole, val, cfg, state, bar, entry, sharded)
+        if evaluated or step % cfg.checkpoint_every == 0 or step == total:  # evaluated: the counters are saved
             state.update(step=step, train_seconds=time.perf_counter() - t_start)
             moments = gather_checkpoint(model, optimizer, memory) if sharded else None
             if accelerator.is_main_process:
+                if improved:  # before the checkpoint that records it as the best
+                    whole.save_pretrained(out_dir / BEST)
                 save_checkpoint(ckpt, whole, flat_moments(optimizer) if moments is None else moments, state)
         if stop_after is not None and step >= stop_after:
             break
     bar.close()
     if sharded:
         unshard_into(model, memory)
+    restored = (step >= total or state["stopped"]) and cfg.restores_best() and state["best_step"] is not None
+    accelerator.wait_for_everyone()  # process 0 wrote best/
+    if restored:
+        restore_best(memory, out_dir / BEST)
     state.update(step=step, train_seconds=time.perf_counter() - t_start,
                  tokens_per_s=step * cfg.batch_size / max(time.perf_counter() - t_start, 1e-9),
-                 processes=accelerator.num_processes)
+                 processes=accelerator.num_processes, stopped_early=state["stopped"] and step < total,
+                 restored_best=restored)
     if accelerator.is_main_process:
         write_json(out_dir / "train_state.json", {k: v for k, v in state.items()})
     accelerator.wait_for_everyone()
@@ -128,7 +149,8 @@ def resume_state(accelerator, ckpt: Path, memory: MLPMemory, optimizer: torch.op
     """The trainer state to start from: a fresh one, or the checkpoint's (weights and moments restored into
     ``memory`` and ``optimizer``), which must have been trained with the same recipe."""
     config = asdict(cfg)
-    state = {"step": 0, "history": [], "train_seconds": 0.0, "config": config, "memory": memory_spec}
+    state = {"step": 0, "history": [], "train_seconds": 0.0, "config": config, "memory": memory_spec,
+             **fresh_selection()}
     if accelerator.is_main_process:
         recover_checkpoint(ckpt)
     accelerator.wait_for_everyone()
@@ -138,12 +160,25 @@ def resume_state(accelerator, ckpt: Path, memory: MLPMemory, optimizer: torch.op
             raise ConfigError(f"checkpoint {ckpt} was trained with another train config or memory section; "
                               "use another folder")
         state["config"] = config  # a checkpoint resumes under any sharding and number of processes
+        state = {**fresh_selection(), **state}  # a checkpoint written before the selection counters existed
     return state
 
 
-def log_epoch(state: dict, bar, epoch: int, step: int, loss: float, metrics: dict) -> None:
-    """Append an epoch's evaluation to the history and print it."""
-    state["history"].append({"epoch": epoch + 1, "step": step, "loss": loss, **metrics})
-    bar.write(f"epoch {epoch + 1}: memory PPL {metrics['memory_ppl']:.3f}, joint PPL "
-              f"{metrics['joint_ppl']:.3f} at lambda={metrics['best_lambda']} "
-              f"(backbone {metrics['backbone_ppl']:.3f})")
+def validate(accelerator, model: torch.nn.Module, val: EvalData, cfg: TrainConfig, state: dict, bar, entry: dict,
+             sharded: bool) -> bool:
+    """Evaluate ``model`` on validation, append ``entry`` and the metrics to the history (process 0) and update
+    the selection counters, the same on every process; True if this evaluation is the new best."""
+    improved = False
+    if sharded or accelerator.is_main_process:  # DDP: the other processes' weights are the same
+        model.eval()  # sharded: every process joins the forward (it gathers the blocks); process 0 records
+        metrics = evaluate(model, val, cfg.eval_lambdas)
+    if accelerator.is_main_process:
+        state["history"].append({**entry, **metrics})
+        improved = record_evaluation(state, entry["step"], metrics["joint_ppl"], cfg.patience)
+        bar.write(f"epoch {entry['epoch']}: memory PPL {metrics['memory_ppl']:.3f}, joint PPL "
+                  f"{metrics['joint_ppl']:.3f} at lambda={metrics['best_lambda']} "
+                  f"(backbone {metrics['backbone_ppl']:.3f})" + (" (best)" if improved else ""))
+    if accelerator.num_processes > 1:  # process 0 decides: every process stops at the same step
+        selection, improved = broadcast_object_list([{k: state[k] for k in fresh_selection()}, improved])
+        state.update(selection)
+    return improved

@@ -1,4 +1,5 @@
-"""The optimiser of the memory: AdamW, linear warmup then cosine decay, gradient clipping (also when sharded)."""
+"""The optimiser of the memory: AdamW, linear warmup then cosine or linear decay, gradient clipping (also when
+sharded)."""
 
 from __future__ import annotations
 
@@ -27,12 +28,14 @@ def lr_schedule(optimizer, total: int, cfg: TrainConfig, step: int) -> torch.opt
 
 
 def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
-    """Linear warmup, then cosine decay to ``min_lr_fraction`` of the peak (a multiplier of lr)."""
-    warm = max(1, int(cfg.warmup_fraction * total))
+    """Linear warmup (``warmup_steps``, else ``warmup_fraction`` of ``total``), then cosine or linear decay to
+    ``min_lr_fraction`` of the peak at the last step (a multiplier of lr)."""
+    warm = max(1, int(cfg.warmup_fraction * total) if cfg.warmup_steps is None else cfg.warmup_steps)
     if step < warm:
         return (step + 1) / warm
     progress = min(1.0, (step - warm) / max(1, total - warm))
-    return cfg.min_lr_fraction + (1 - cfg.min_lr_fraction) * 0.5 * (1 + math.cos(math.pi * progress))
+    shape = 1 - progress if cfg.schedule == "linear" else 0.5 * (1 + math.cos(math.pi * progress))
+    return cfg.min_lr_fraction + (1 - cfg.min_lr_fraction) * shape
 
 
 def optimizer_step(accelerator, optimizer, scheduler, params, grad_clip: float, sharded: bool = False) -> None:

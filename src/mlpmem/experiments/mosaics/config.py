@@ -4,6 +4,7 @@ presets in ``configs/mosaics/``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from mlpmem.config import Config
 from mlpmem.corpora.registry import CORPORA
@@ -36,7 +37,10 @@ class ModelSection(Config):
 
 @dataclass
 class TrainSection(Config):
-    """The recipe both models share: AdamW, linear warmup, cosine decay, clipping, seeded windows."""
+    """The recipe both models share: AdamW, linear warmup, cosine (or linear) decay, clipping, seeded windows.
+
+    The schedule fields are those of the memory's :class:`~mlpmem.training.config.TrainConfig`: both go through
+    :func:`mlpmem.training.optim.lr_at`."""
 
     seq_len: int = 256
     batch_size: int = 16
@@ -44,7 +48,9 @@ class TrainSection(Config):
     lr: float = 3e-3
     weight_decay: float = 0.1
     warmup_fraction: float = 0.05
+    warmup_steps: int | None = None
     min_lr_fraction: float = 0.1
+    schedule: Literal["cosine", "linear"] = "cosine"
     grad_clip: float = 1.0
     checkpoint_every: int = 100
     eval_every: int = 250
