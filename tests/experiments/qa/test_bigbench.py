@@ -1,14 +1,11 @@
 """BIG-bench readers on a small archive built in the test (same member layout as bigbench-1.0.0.tar.gz)."""
 
-import io
-import json
-import tarfile
 
 import pytest
 
+from helpers.bigbench import write_archive
 from mlpmem.errors import CorpusError
 from mlpmem.experiments.qa.bigbench import (
-    TASK_MEMBER,
     detokenize,
     disfl_qa,
     multiple_choice,
@@ -36,14 +33,7 @@ TASKS = {
 
 @pytest.fixture
 def archive(tmp_path):
-    path = tmp_path / "bigbench-1.0.0.tar.gz"
-    with tarfile.open(path, "w:gz") as tar:
-        for task, data in TASKS.items():
-            raw = json.dumps(data).encode()
-            info = tarfile.TarInfo(TASK_MEMBER.format(task=task))
-            info.size = len(raw)
-            tar.addfile(info, io.BytesIO(raw))
-    return path
+    return write_archive(tmp_path / "bigbench-1.0.0.tar.gz", TASKS)
 
 
 def test_read_task(archive):

@@ -1,17 +1,15 @@
 """Every QA method end to end on a tiny backbone and a tiny synthetic benchmark, through the CLI, plus the report."""
 
-import io
 import json
-import tarfile
 
 import pytest
 import yaml
 
+from helpers.bigbench import write_archive
 from helpers.corpus import corpus_text
 from helpers.encoders import BagOfWordsEncoder
 from mlpmem.baselines.methods import METHODS
 from mlpmem.cli import main
-from mlpmem.experiments.qa.bigbench import TASK_MEMBER
 from mlpmem.experiments.qa.config import QASuiteConfig
 
 BIGBENCH = {
@@ -28,13 +26,7 @@ def qa_setup(tmp_path, tiny_backbone_dir, monkeypatch):
     import mlpmem.baselines.rag as rag
 
     monkeypatch.setattr(rag, "load_encoder", lambda device="cpu": BagOfWordsEncoder())
-    archive = tmp_path / "bigbench-1.0.0.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
-        for task, data in BIGBENCH.items():
-            raw = json.dumps(data).encode()
-            info = tarfile.TarInfo(TASK_MEMBER.format(task=task))
-            info.size = len(raw)
-            tar.addfile(info, io.BytesIO(raw))
+    archive = write_archive(tmp_path / "bigbench-1.0.0.tar.gz", BIGBENCH)
     monkeypatch.setenv("MLPMEM_BIGBENCH_ARCHIVE", str(archive))
     tiny = yaml.safe_load(open("configs/tiny.yaml"))
     tiny["backbone"]["name"] = str(tiny_backbone_dir)
