@@ -1,8 +1,7 @@
 import numpy as np
 import torch
 
-from mlpmem.inference.perplexity import lambda_curve, perplexity
-from mlpmem.pipeline.evaluate import tokens_for_mass
+from mlpmem.inference.perplexity import lambda_curve, perplexity, tokens_for_mass
 
 
 def test_tokens_for_mass_by_hand():

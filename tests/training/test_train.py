@@ -8,6 +8,7 @@ from mlpmem.training.config import TrainConfig
 from mlpmem.training.data import EvalData, TrainData, epoch_order
 from mlpmem.training.loop import train_memory
 from mlpmem.training.optim import lr_at
+from mlpmem.training.selection import is_eval_step
 
 V, D, N = 24, 8, 300
 
@@ -175,3 +176,9 @@ def test_eval_every_longer_than_the_run_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="train.eval_every") as err:
         train_memory(_memory(), data, val, TrainConfig(**dict(CFG, eval_every=4.0)), tmp_path, progress=False)
     assert "\n" not in str(err.value) and not (tmp_path / "checkpoint").exists()
+
+
+def test_evaluations_are_counted_from_each_epoch_start():
+    steps = [s for s in range(1, 2 * 79 + 1) if is_eval_step(s, 79, 40)]
+    assert steps == [40, 79, 119, 158]  # never one step after an epoch end
+    assert [s for s in range(1, 11) if is_eval_step(s, 5, None)] == [5, 10]

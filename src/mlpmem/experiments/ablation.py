@@ -1,8 +1,9 @@
 """Ablations of the memory's design choices, each scored by validation perplexity.
 
-Training studies (``head-init``, ``alpha``, ``size``, ``epochs``): each variant is the run's config with
-some values of one section overridden (``memory.*``: head, init, size; ``train.*``: alpha, epochs), trained on
-the run's own datastore and teacher into ``run_dir/ablations/<study>/<variant>/``.
+Training studies (``head-init``, ``vocab``, ``alpha``, ``size``, ``epochs``, ``regularise``): each variant is the
+run's config with some values of its ``memory:`` and ``train:`` sections overridden (head, init, vocabulary,
+size, dropout; alpha, epochs, key noise, weight decay), trained on the run's own datastore and teacher into
+``run_dir/ablations/<study>/<variant>/`` (each with its learning curve).
 
 Retrieval studies (``layer``: the key layer's depth; ``teacher``: the teacher's k and temperature)
 change what the memory is distilled from, so each variant gets its own sub-run
@@ -11,8 +12,9 @@ new layer) and its own teacher; what a variant shares with the main run (same la
 same layer, k and T: the teacher) is read from the main run's folders, not rebuilt. The teacher
 temperature is the main run's (chosen by its kNN-LM sweep) unless the variant sets it.
 
-Every variant is scored by its last-epoch validation perplexities (memory alone, and memory + backbone
-at the best λ of the training config's grid). One table (Markdown) and one bar chart (PNG) per study.
+Every variant is scored by the validation perplexities of the weights it ends with (memory alone, and memory +
+backbone at the best λ of the training config's grid): its last evaluation, or its best when the train config
+restores the best (``train.eval_every`` / ``train.patience``). One table (Markdown) and one bar chart (PNG) per study.
 """
 
 from __future__ import annotations
@@ -37,16 +39,23 @@ from mlpmem.reporting.tables import markdown_table
 from mlpmem.utils.runtime import set_threads
 from mlpmem.utils.shards import write_json
 
-STUDIES = {  # study -> (the config section its variants override, {variant: overrides})
-    "head-init": ("memory", {
-        "tied head, backbone init": {"tie_head": True, "init": "backbone"},
-        "tied head, random init": {"tie_head": True, "init": "random"},
-        "untied head, backbone init": {"tie_head": False, "init": "backbone"},
-        "untied head, random init": {"tie_head": False, "init": "random"},
-    }),
-    "alpha": ("train", {f"alpha={a}": {"alpha": a} for a in (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)}),
-    "size": ("memory", {p: {"preset": p} for p in ("tiny", "small", "base")}),
-    "epochs": ("train", {f"{e} epoch(s)": {"epochs": e} for e in (1, 2, 4)}),
+STUDIES = {  # study -> {variant: {"section.key": value}} over the run's memory: and train: sections
+    "head-init": {
+        "tied head, backbone init": {"memory.tie_head": True, "memory.init": "backbone"},
+        "tied head, random init": {"memory.tie_head": True, "memory.init": "random"},
+        "untied head, backbone init": {"memory.tie_head": False, "memory.init": "backbone"},
+        "untied head, random init": {"memory.tie_head": False, "memory.init": "random"},
+    },
+    "vocab": {"full head": {"memory.vocab": "full"}, "corpus head": {"memory.vocab": "corpus"}},
+    "alpha": {f"alpha={a}": {"train.alpha": a} for a in (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)},
+    "size": {p: {"memory.preset": p} for p in ("tiny", "small", "base")},
+    "epochs": {f"{e} epoch(s)": {"train.epochs": e} for e in (1, 2, 4)},
+    "regularise": {
+        "none": {},
+        **{f"key noise {n}": {"train.key_noise": n} for n in (0.05, 0.1, 0.2, 0.4)},
+        **{f"dropout {d}": {"memory.dropout": d} for d in (0.1, 0.3)},
+        **{f"weight decay {w}": {"train.weight_decay": w} for w in (0.1, 0.3)},
+    },
 }
 RETRIEVAL_STUDIES = {
     "layer": {f"layer={f}": {"layer": f} for f in (0.3, 0.6, 0.8, 1.0)},
@@ -70,13 +79,11 @@ def run_study(run, study: str, progress: bool = True) -> list[dict]:
         for name, overrides in RETRIEVAL_STUDIES[study].items():
             state = train_retrieval_variant(run, base / _slug(name), overrides)
             rows.append(_row(name, overrides, state))
-    section, variants = STUDIES.get(study, ("train", {}))
-    for name, overrides in variants.items():
-        cfg = dataclasses.replace(run.cfg, **{section: dataclasses.replace(getattr(run.cfg, section), **overrides)})
+    for name, overrides in STUDIES.get(study, {}).items():
         variant = Run.__new__(Run)  # same run folder and loaded backbone, another memory or train section
-        variant.__dict__.update(run.__dict__, cfg=cfg)
+        variant.__dict__.update(run.__dict__, cfg=with_overrides(run.cfg, overrides))
         state = stage_train(variant, out=base / _slug(name))
-        rows.append(_row(name, overrides, state))
+        rows.append(_row(name, {key.split(".")[-1]: value for key, value in overrides.items()}, state))
     write_json(base / "results.json", {"study": study, "config": config_record(run.cfg), "rows": rows})
     (base / "results.md").write_text(study_table(study, rows) + "\n")
     plot_study(study, rows, base / "results.png")
@@ -89,10 +96,24 @@ def config_record(cfg) -> dict:
     return json.loads(json.dumps(cfg.to_dict(), default=str))
 
 
+def with_overrides(cfg, overrides: dict):
+    """``cfg`` with ``{"section.key": value}`` overrides applied to its sections."""
+    sections: dict[str, dict] = {}
+    for key, value in overrides.items():
+        section, name = key.split(".")
+        sections.setdefault(section, {})[name] = value
+    return dataclasses.replace(cfg, **{section: dataclasses.replace(getattr(cfg, section), **values)
+                                       for section, values in sections.items()})
+
+
 def _row(name: str, overrides: dict, state: dict) -> dict:
-    last = state["history"][-1]
+    """A variant's scores: its last evaluation, or the best one when the run ended on the best weights."""
+    kept = state["best_step"] if state.get("restored_best") else state["history"][-1]["step"]
+    last = next(h for h in state["history"] if h["step"] == kept)
     return {"variant": name, **overrides, "memory_ppl": last["memory_ppl"], "joint_ppl": last["joint_ppl"],
             "best_lambda": last["best_lambda"], "backbone_ppl": last["backbone_ppl"],
+            "memory_coverage": last.get("memory_coverage", 1.0), "epochs": last["epoch"],
+            "stopped_early": state.get("stopped_early", False),
             "train_seconds": state["train_seconds"], "trainable_parameters": state["memory_trainable_parameters"]}
 
 
@@ -170,12 +191,18 @@ def build_variant_keystores(variant) -> None:
 
 def study_table(study: str, rows: list[dict]) -> str:
     header = [f"{study} variant", "validation PPL memory alone", "validation PPL memory + backbone (λ)",
-              "trainable params", "train s"]
-    cells = [[r["variant"], f"{r['memory_ppl']:.3f}", f"{r['joint_ppl']:.3f} ({r['best_lambda']})",
+              "epochs (of the weights kept)", "trainable params", "train s"]
+    cells = [[r["variant"], f"{r['memory_ppl']:.3f}" + _coverage(r), f"{r['joint_ppl']:.3f} ({r['best_lambda']})",
+              f"{r.get('epochs', '-')}" + (" (stopped early)" if r.get("stopped_early") else ""),
               f"{r['trainable_parameters']:,}", f"{r['train_seconds']:.0f}"] for r in rows]
     lines = [markdown_table(header, cells)]
     lines.append(f"\nBackbone validation PPL: {rows[0]['backbone_ppl']:.3f}.")
     return "\n".join(lines)
+
+
+def _coverage(row: dict) -> str:
+    coverage = row.get("memory_coverage", 1.0)
+    return f" (over {100 * coverage:.1f} % covered)" if coverage < 1.0 else ""
 
 
 def plot_study(study: str, rows: list[dict], path) -> None:

@@ -1,4 +1,4 @@
-"""Token-weighted perplexity from per-token log-probabilities."""
+"""Token-weighted perplexity from per-token log-probabilities, and the sharpness of a next-token distribution."""
 
 from __future__ import annotations
 
@@ -28,3 +28,10 @@ def lambda_curve(lp_a, lp_b, lambdas) -> dict[float, float]:
 def best_lambda(curve: dict[float, float]) -> float:
     """The λ of lowest perplexity; ties go to the smaller λ (closer to the backbone)."""
     return min(curve, key=lambda lam: (curve[lam], lam))
+
+
+def tokens_for_mass(probs: torch.Tensor, fraction: float) -> torch.Tensor:
+    """Per row, the number of most probable tokens whose mass reaches ``fraction``: (n, m) -> (n,)."""
+    p = torch.sort(probs, dim=1, descending=True).values
+    below = torch.cumsum(p, dim=1) < fraction - 1e-9
+    return below.sum(1) + 1

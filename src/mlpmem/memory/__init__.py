@@ -4,6 +4,7 @@ One concept a module, imported in one direction (no cycles):
   - ``init``: the memory and its backbone (read its family and sizes, copy its MLPs in, tie its head);
   - ``config``: :class:`MemoryConfig`, its allowed values and presets (sized by ``init``'s readers);
   - ``io``: checkpoints, ``config.json`` + ``model.safetensors`` (uses ``config`` and ``init``);
+  - ``vocab``: the corpus-vocabulary head (which tokens it scores, coverage-aware perplexity);
   - ``model``: the blocks and :class:`MLPMemory` (its save/load methods delegate to ``io``).
 """
 

@@ -34,7 +34,8 @@ class MemoryConfig:
     """Shape and provenance of an MLP Memory.
 
     ``input_size`` is the key dimension d; ``hidden_size`` (default d) the width of the memory's residual
-    stream; ``backbone``/``key_layer``/``key_site`` record which backbone and key the memory was built on.
+    stream; ``head_vocab_size`` (default: all ``vocab_size`` tokens) how many tokens the head scores;
+    ``backbone``/``key_layer``/``key_site`` record which backbone and key the memory was built on.
     """
 
     input_size: int
@@ -46,8 +47,10 @@ class MemoryConfig:
     activation: str | None = None  # None -> the family's default (silu / gelu_tanh)
     norm_eps: float | None = None  # None -> the family's default (1e-6 / 1e-5)
     tie_head: bool = False
+    head_vocab_size: int | None = None  # None -> the full vocabulary; else a corpus head (mlpmem.memory.vocab)
     init: str = "random"
     init_std: float = 0.02
+    dropout: float = 0.0  # on each block's feed-forward output, while training only
     backbone: dict | None = None
     key_layer: int | None = None
     key_site: str | None = None
@@ -74,12 +77,20 @@ class MemoryConfig:
         self.norm_eps = float(self.norm_eps)
         if not isinstance(self.tie_head, bool):
             raise ConfigError(f"memory tie_head must be a bool, got {self.tie_head!r}")
+        if self.head_vocab_size is not None and (
+            not _is_int(self.head_vocab_size) or not 1 <= self.head_vocab_size <= self.vocab_size
+        ):
+            raise ConfigError(f"memory head_vocab_size must be an int in [1, vocab_size={self.vocab_size}] or None, "
+                              f"got {self.head_vocab_size!r}")
         if self.init not in INITS:
             raise ConfigError(f"memory init must be one of {INITS}, got {self.init!r}")
         if isinstance(self.init_std, bool) or not isinstance(self.init_std, (int, float)) or not (
             0.0 < self.init_std < math.inf
         ):
             raise ConfigError(f"memory init_std must be a positive number, got {self.init_std!r}")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
+            raise ConfigError(f"memory dropout must be in [0, 1), got {self.dropout!r}")
+        self.dropout = float(self.dropout)
         self._check_provenance()
 
     def _check_provenance(self) -> None:

@@ -128,7 +128,7 @@ def init_from_backbone(memory: MLPMemory, backbone_model: nn.Module, start_layer
     if final is not None:
         _copy_norm(memory.norm, final)
     if not memory.config.tie_head:
-        memory.head.weight.copy_(backbone_model.get_output_embeddings().weight)
+        memory.head.weight.copy_(head_rows(memory, backbone_model.get_output_embeddings().weight))
     memory.config.init = "backbone"
     return indices
 
@@ -155,8 +155,17 @@ def init_identity(memory: MLPMemory, backbone_model: nn.Module) -> None:
     if final is not None:
         _copy_norm(memory.norm, final)
     if not memory.config.tie_head:
-        memory.head.weight.copy_(backbone_model.get_output_embeddings().weight)
+        memory.head.weight.copy_(head_rows(memory, backbone_model.get_output_embeddings().weight))
     memory.config.init = "identity"
+
+
+def head_rows(memory: MLPMemory, weight: torch.Tensor) -> nn.Parameter:
+    """The rows of a full-vocabulary head ``weight`` (V, H) that the memory's head holds: ``weight`` itself, or
+    for a corpus head a copy of its ``vocab_ids`` rows (V', H), trainable only if ``weight`` is."""
+    if memory.vocab_ids is None:
+        return weight
+    rows = weight.detach()[memory.vocab_ids.to(weight.device)].clone()  # (V', H)
+    return nn.Parameter(rows, requires_grad=weight.requires_grad)
 
 
 def _copy_norm(dst: nn.Module, src: nn.Module) -> None:
@@ -187,6 +196,8 @@ def _copy_mlp(dst: nn.Module, src: nn.Module, family: str) -> None:
 def tie_to_backbone(memory: MLPMemory, backbone_model: nn.Module) -> MLPMemory:
     """Share the backbone's output embedding as the memory head (frozen, not saved); sets ``tie_head``.
 
+    A corpus head gets a frozen copy of the embedding's rows for its ``vocab_ids`` (gathered once).
+
     The shared Parameter gets ``requires_grad=False``, which also freezes it in the backbone (the
     backbone of MLP Memory is frozen anyway).
     """
@@ -197,7 +208,7 @@ def tie_to_backbone(memory: MLPMemory, backbone_model: nn.Module) -> MLPMemory:
             f"cannot tie the memory head {expected} to the backbone output embedding {tuple(weight.shape)}"
         )
     weight.requires_grad_(False)
-    memory.head.weight = weight
+    memory.head.weight = head_rows(memory, weight)
     memory.config.tie_head = True
     memory._tied = True
     return memory

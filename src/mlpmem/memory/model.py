@@ -12,8 +12,10 @@ backbone's own feed-forward weights (:func:`mlpmem.memory.init.init_from_backbon
   - ``llama``: RMSNorm + SwiGLU (gate/up/down, bias-free),
   - ``gpt2``: LayerNorm + GELU (c_fc/c_proj, with bias).
 The head may be tied to the backbone's output embedding (:func:`mlpmem.memory.init.tie_to_backbone`): then
-it is frozen, shared with the backbone and never saved. Checkpoints (``config.json`` + ``model.safetensors``)
-are written and read by :mod:`mlpmem.memory.io`, which the save/load methods here delegate to.
+it is frozen, shared with the backbone and never saved. It may also score only the corpus's tokens (a corpus
+head, :mod:`mlpmem.memory.vocab`): its row ids ``vocab_ids`` are stored with the weights. Checkpoints
+(``config.json`` + ``model.safetensors``) are written and read by :mod:`mlpmem.memory.io`, which the save/load
+methods here delegate to.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from torch import nn
 from mlpmem.errors import ConfigError
 from mlpmem.memory.config import MemoryConfig
 from mlpmem.memory.io import load_memory, save_memory
+from mlpmem.memory.vocab import check_vocab_ids
 
 
 class RMSNorm(nn.Module):
@@ -89,15 +92,16 @@ def _norm(config: MemoryConfig) -> nn.Module:
 
 
 class MemoryBlock(nn.Module):
-    """x + FFN(Norm(x)): a transformer block without its attention."""
+    """x + Dropout(FFN(Norm(x))): a transformer block without its attention (dropout 0 by default)."""
 
     def __init__(self, config: MemoryConfig):
         super().__init__()
         self.norm = _norm(config)
         self.mlp = SwiGLU(config) if config.family == "llama" else GeluMLP(config)
+        self.dropout = nn.Dropout(config.dropout) if config.dropout > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.mlp(self.norm(x))  # (..., H)
+        return x + self.dropout(self.mlp(self.norm(x)))  # (..., H)
 
 
 class MLPMemory(nn.Module):
@@ -112,7 +116,11 @@ class MLPMemory(nn.Module):
             self.in_proj = nn.Identity()
         self.blocks = nn.ModuleList(MemoryBlock(config) for _ in range(config.num_layers))
         self.norm = _norm(config)
-        self.head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.head = nn.Linear(config.hidden_size, config.head_vocab_size or config.vocab_size, bias=False)
+        if config.head_vocab_size is not None:  # a corpus head: the token id of each head row, set_head_vocab()
+            self.register_buffer("vocab_ids", torch.arange(config.head_vocab_size, dtype=torch.int64))
+        else:
+            self.vocab_ids = None
         self._tied = False
         self.reset_parameters()
         if config.tie_head:  # placeholder until tie_to_backbone() shares the backbone's embedding
@@ -141,13 +149,36 @@ class MLPMemory(nn.Module):
 
     def forward(self, keys: torch.Tensor, head: bool = True) -> torch.Tensor:
         """Next-token logits (..., V) of p_mem for keys (..., d); with ``head=False`` the features (..., H)
-        (what a fused head + loss takes, called through ``forward`` so that a DDP wrapper sees the call)."""
+        (what a fused head + loss takes, called through ``forward`` so that a DDP wrapper sees the call).
+        A corpus head's logits are -inf outside its tokens (see :meth:`to_vocab`)."""
         if self.config.tie_head and not self._tied:
             raise ConfigError("this memory has tie_head=True: call tie_to_backbone(memory, backbone) first")
         x = self.features(keys)  # (..., H)
         if not head:
             return x
-        return self.head(x.to(self.head.weight.dtype))  # (..., V)
+        return self.to_vocab(self.head(x.to(self.head.weight.dtype)))  # (..., V)
+
+    def set_head_vocab(self, vocab_ids: torch.Tensor) -> None:
+        """Set the token ids of a corpus head's rows (sorted, unique, ``head_vocab_size`` of them), before the
+        head is initialised or tied (its rows are gathered from the backbone's embedding by these ids)."""
+        if self.vocab_ids is None:
+            raise ConfigError("this memory has a full-vocabulary head (head_vocab_size=None)")
+        vocab_ids = torch.as_tensor(vocab_ids)
+        if vocab_ids.is_floating_point() or vocab_ids.dtype == torch.bool:
+            raise ConfigError(f"vocab_ids must be integer token ids, got {vocab_ids.dtype}")
+        vocab_ids = vocab_ids.to(torch.int64)
+        check_vocab_ids(vocab_ids, self.config.vocab_size)
+        if vocab_ids.numel() != self.config.head_vocab_size:
+            raise ConfigError(f"{vocab_ids.numel()} vocab_ids for a head of {self.config.head_vocab_size} tokens")
+        self.vocab_ids.copy_(vocab_ids)
+
+    def to_vocab(self, head_logits: torch.Tensor) -> torch.Tensor:
+        """Head logits (..., V') as full-vocabulary logits (..., V): -inf (probability 0) outside a corpus head's
+        tokens; a full head's logits are returned as they are."""
+        if self.vocab_ids is None:
+            return head_logits
+        full = head_logits.new_full((*head_logits.shape[:-1], self.config.vocab_size), float("-inf"))
+        return full.index_copy_(-1, self.vocab_ids, head_logits)  # (..., V)
 
     def cast_weights(self, dtype: torch.dtype) -> MLPMemory:
         """Store the memory's own weights in ``dtype`` (e.g. bf16 for inference), in place; a tied head is

@@ -13,24 +13,19 @@ import torch
 from mlpmem.backbone import KeyHook
 from mlpmem.corpora.documents import document_lengths, make_windows
 from mlpmem.datastore import KeyStore, pad_windows
-from mlpmem.inference.perplexity import best_lambda, lambda_curve, perplexity
+from mlpmem.inference.perplexity import best_lambda, lambda_curve, perplexity, tokens_for_mass
 from mlpmem.memory import MLPMemory
+from mlpmem.memory.vocab import covered_perplexity
 from mlpmem.pipeline.corpus import split_tokens
 from mlpmem.pipeline.train import eval_data
 from mlpmem.reporting.run_report import write_run_report
 from mlpmem.teacher import aggregate_by_token, exclude_and_weight
 from mlpmem.training.data import memory_logprobs
+from mlpmem.training.flops import matmul_peak
 from mlpmem.utils.shards import read_json, write_json
 
 LAMBDAS = [round(0.05 * i, 2) for i in range(21)]
 MASS_FRACTIONS = (0.8, 0.99)
-
-
-def tokens_for_mass(probs: torch.Tensor, fraction: float) -> torch.Tensor:
-    """Per row, the number of most probable tokens whose mass reaches ``fraction``: (n, m) -> (n,)."""
-    p = torch.sort(probs, dim=1, descending=True).values
-    below = torch.cumsum(p, dim=1) < fraction - 1e-9
-    return below.sum(1) + 1
 
 
 def _directory_bytes(path) -> int:
@@ -73,6 +68,30 @@ def distribution_stats(run, memory, num_positions: int = 1024) -> dict:
             for name, p in (("backbone", p_lm), ("kNN", p_knn), ("memory", p_mem))}
 
 
+def headline(run, results: dict, train: dict) -> dict:
+    """The keys every run's ``results.json`` carries for comparison across runs: test PPL per method, tokens for
+    80 % of the mass per distribution, epochs trained, training tokens/s and its fraction of the bf16 matmul peak
+    (measured now, on this machine: the fraction is only as comparable as the load during both)."""
+    state_path = run.layout.train / "train_state.json"
+    state = read_json(state_path, "train state") if state_path.exists() else {}
+    rows = KeyStore(run.layout.datastore).num_rows
+    epochs = train["tokens"] / rows if train.get("tokens") else None
+    flops, tps = train.get("flops_per_token"), train.get("tokens_per_s")
+    peak = matmul_peak(torch.bfloat16) if flops and tps else None
+    test, dist = results["test"], results["distribution"]
+    return {
+        "test_ppl": {"backbone": test["backbone"], "knnlm": test["knnlm"], "memory": test["memory"],
+                     "joint": test["memory+backbone"]},
+        "memory_coverage": test["memory_coverage"],
+        "mass80": {"backbone": dist["backbone"]["80%"], "knn": dist["kNN"]["80%"], "memory": dist["memory"]["80%"]},
+        "epochs": epochs,
+        "stopped_early": state.get("stopped_early"),
+        "train_tokens_per_s": tps,
+        "train_flops_per_token": flops,
+        "train_peak_fraction_bf16": flops * tps / peak if peak else None,
+    }
+
+
 def stage_eval(run, num_positions: int = 1024) -> dict:
     """The test table of a run (and its PNG), written to ``run_dir/results.json`` and ``report.md``."""
     memory = load_memory(run).eval()
@@ -84,8 +103,12 @@ def stage_eval(run, num_positions: int = 1024) -> dict:
     curve = lambda_curve(*splits["validation"], LAMBDAS)
     lam = best_lambda(curve)
     lm_test, mem_test = splits["test"]
-    store = KeyStore(run.layout.datastore, verify=False)
+    store = KeyStore(run.layout.datastore)
     train = run.timings().get("train", {})
+    memory_ppl, coverage = covered_perplexity(mem_test)
+    if coverage < 1.0:
+        print(f"note: the memory's corpus head covers {100 * coverage:.1f} % of the test targets; p_mem is 0 on the "
+              "rest (the mixture is not), and memory-alone perplexity is over the covered positions", flush=True)
     results = {
         "lambda": lam,
         "validation_curve": {str(k): v for k, v in curve.items()},
@@ -93,9 +116,10 @@ def stage_eval(run, num_positions: int = 1024) -> dict:
         "test": {
             "backbone": perplexity(lm_test),
             "knnlm": knn["test"]["knnlm_ppl"],
-            "memory": perplexity(mem_test),
+            "memory": memory_ppl,
             "memory+backbone": lambda_curve(lm_test, mem_test, [lam])[lam],
             "tokens": int(len(lm_test)),
+            "memory_coverage": coverage,
         },
         "knnlm_chosen": knn["chosen"],
         "knnlm_validation_curve": {str(r["lambda"]): r["ppl"] for r in knn["sweep"]
@@ -110,6 +134,7 @@ def stage_eval(run, num_positions: int = 1024) -> dict:
         "train_tokens_per_s": train.get("tokens_per_s"),
         "distribution": distribution_stats(run, memory, num_positions),
     }
+    results.update(headline(run, results, train))
     write_json(run.layout.results, results)
 
     write_run_report(run, results)

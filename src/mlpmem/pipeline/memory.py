@@ -23,12 +23,19 @@ class MemorySection(Config):
     """Feed-forward width of each block, overriding the backbone's."""
     tie_head: bool = True
     """Head = the backbone's output embedding, frozen (else an untied head trained from scratch)."""
+    dropout: float = 0.0
+    """Dropout on each block's feed-forward output while training (a regulariser for small corpora)."""
+    vocab: Literal["full", "corpus"] = "full"
+    """The tokens the head scores: ``full`` (the backbone's vocabulary) or ``corpus`` (the training corpus's next
+    tokens, which include every teacher support; p_mem is 0 elsewhere, see :mod:`mlpmem.memory.vocab`)."""
     init: Literal["random", "backbone", "identity"] = "random"
     """``random``; ``backbone``: the blocks start as the backbone's MLPs above the key layer; ``identity``: every
     block starts as the identity (zeroed output projections) under the backbone's final norm and head, so a
     memory on the last layer's residual keys starts as the backbone itself."""
 
     def validate(self) -> None:
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"{self._where('dropout')} must be in [0, 1), got {self.dropout}")
         for name in ("num_layers", "intermediate_size"):
             value = getattr(self, name)
             if value is not None and value < 1:

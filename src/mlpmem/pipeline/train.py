@@ -7,31 +7,38 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from mlpmem.backbone import decoder_layers
 from mlpmem.datastore import KeyStore
 from mlpmem.layout import RunLayout
 from mlpmem.memory import MemoryConfig, MLPMemory, init_from_backbone, init_identity, tie_to_backbone
+from mlpmem.memory.vocab import corpus_vocabulary, index_of
 from mlpmem.pipeline.run import Run
 from mlpmem.reporting.curves import write_learning_curve
 from mlpmem.teacher import TeacherStore
 from mlpmem.training.data import EvalData, TrainData
+from mlpmem.training.flops import train_flops_per_token
 from mlpmem.training.loop import train_memory
 from mlpmem.training.selection import tokens_seen
 from mlpmem.utils.runtime import set_threads
 
 
-def build_memory(run: Run):
+def build_memory(run: Run, head_vocab: np.ndarray | None = None):
     """A fresh memory for this run's backbone and key layer/site, shaped and initialised by the ``memory:``
-    section (seeded by ``train.seed``)."""
+    section (seeded by ``train.seed``); ``head_vocab`` (sorted token ids) gives a corpus head its tokens."""
     cfg, spec, (model, tokenizer) = run.cfg, run.cfg.memory, run.backbone
-    overrides = {k: v for k, v in (("num_layers", spec.num_layers),
-                                   ("intermediate_size", spec.intermediate_size)) if v is not None}
+    overrides = {k: v for k, v in (("num_layers", spec.num_layers), ("intermediate_size", spec.intermediate_size),
+                                   ("dropout", spec.dropout or None),
+                                   ("head_vocab_size", None if head_vocab is None else len(head_vocab)))
+                 if v is not None}
     torch.manual_seed(cfg.train.seed)
     mcfg = MemoryConfig.from_backbone(model, spec.preset, cfg.backbone.layer, cfg.backbone.site, tokenizer,
                                       tie_head=spec.tie_head, **overrides)
     memory = MLPMemory(mcfg)
+    if head_vocab is not None:
+        memory.set_head_vocab(torch.from_numpy(head_vocab))
     if spec.init == "backbone":
         # the blocks start as the backbone's MLPs just above the key layer (shifted down at the top)
         init_from_backbone(memory, model, min(mcfg.key_layer + 1, len(decoder_layers(model)) - 1))
@@ -40,6 +47,15 @@ def build_memory(run: Run):
     if spec.init == "identity":
         init_identity(memory, model)
     return memory
+
+
+def head_vocabulary(vocab: str, store: KeyStore, teacher: TeacherStore, vocab_size: int) -> np.ndarray | None:
+    """The tokens of a ``memory.vocab: corpus`` head: every next token of the datastore and every teacher
+    support, read shard by shard; None for ``full``."""
+    if vocab == "full":
+        return None
+    shards = (rows for field in (store.rows("values"), teacher.rows("ids")) for _, rows in field.chunks())
+    return corpus_vocabulary(shards, vocab_size)
 
 
 def eval_data(run: Run, split: str):
@@ -62,9 +78,11 @@ def stage_train(run: Run, rebuild: bool = False, out: Path | None = None) -> dic
     store.check_backbone(*run.backbone)
     teacher = TeacherStore(run.layout.teacher, datastore=store)
     # rows are read from the memory-mapped shards batch by batch: memory stays bounded for any datastore size
+    vocab_size = int(run.backbone[0].get_output_embeddings().weight.shape[0])
+    head_vocab = head_vocabulary(run.cfg.memory.vocab, store, teacher, vocab_size)
     data = TrainData(store.rows("keys"), store.rows("values"), teacher.rows("ids"), teacher.rows("probs"),
-                     teacher.rows("residual"))
-    memory = build_memory(run)
+                     teacher.rows("residual"), None if head_vocab is None else index_of(head_vocab, vocab_size))
+    memory = build_memory(run, head_vocab)
     state = train_memory(memory, data, eval_data(run, "validation"), run.cfg.train, layout.train, run.progress,
                          memory_spec=run.cfg.memory.to_dict())
     state["memory_parameters"] = memory.num_parameters()
@@ -75,5 +93,6 @@ def stage_train(run: Run, rebuild: bool = False, out: Path | None = None) -> dic
     if out == run.dir:
         steps_per_epoch = math.ceil(len(data.targets) / run.cfg.train.batch_size)  # fewer steps if stopped early
         tokens = tokens_seen(state["step"], steps_per_epoch, run.cfg.train.batch_size, len(data.targets))
-        run.record_timing("train", tokens=tokens, seconds=state["train_seconds"], tokens_per_s=state["tokens_per_s"])
+        run.record_timing("train", tokens=tokens, seconds=state["train_seconds"], tokens_per_s=state["tokens_per_s"],
+                          flops_per_token=train_flops_per_token(memory, data, run.cfg.train))
     return state

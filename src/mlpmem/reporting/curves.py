@@ -2,7 +2,7 @@
 
 Drawn from the history of :func:`mlpmem.training.loop.train_memory` (one entry per evaluation): the memory
 alone and memory + backbone at the chosen λ (left axis, log scale), that λ (right axis), and the backbone's
-and kNN-LM's validation perplexity as flat references.
+and kNN-LM's validation perplexity as flat references; below, the memory's sharpness.
 """
 
 from __future__ import annotations
@@ -24,10 +24,16 @@ def write_learning_curve(state: dict, path: str | Path, knnlm_results: str | Pat
 
 def plot_learning_curve(history: list[dict], path: str | Path, knnlm_ppl: float | None = None,
                         best_step: int | None = None) -> Path:
-    """Write the learning curve of ``history`` to ``path`` (a PNG); ``best_step`` marks the best evaluation."""
+    """Write the learning curve of ``history`` to ``path`` (a PNG); ``best_step`` marks the best evaluation.
+    With ``memory_mass80`` in the history a lower panel shows the memory's sharpness (tokens holding 80 % of
+    its mass on the first validation positions)."""
     plt = pyplot()
     tokens = [h["tokens_seen"] if "tokens_seen" in h else h["step"] for h in history]
-    fig, ax = plt.subplots(figsize=(6, 3.8), dpi=120)
+    sharp = [h.get("memory_mass80") for h in history]
+    panels = 2 if any(v is not None for v in sharp) else 1
+    fig, axes = plt.subplots(panels, 1, figsize=(6, 3.8 + 1.8 * (panels - 1)), dpi=120, sharex=True, squeeze=False,
+                             gridspec_kw={"height_ratios": [2, 1][:panels]})
+    ax = axes[0, 0]
     ax.plot(tokens, [h["memory_ppl"] for h in history], "o-", ms=3, label="memory alone")
     ax.plot(tokens, [h["joint_ppl"] for h in history], "s-", ms=3, label="memory + backbone (chosen λ)")
     if history:
@@ -38,7 +44,12 @@ def plot_learning_curve(history: list[dict], path: str | Path, knnlm_ppl: float 
         if best_step is not None and h["step"] == best_step:
             ax.axvline(t, color="k", lw=0.8, alpha=0.4, label="best evaluation")
     ax.set_yscale("log")
-    ax.set_xlabel("training tokens seen" if history and "tokens_seen" in history[0] else "step")
+    if panels == 2:
+        low = axes[1, 0]
+        low.plot(tokens, sharp, "d-", ms=3, color="tab:purple", label="memory")
+        low.set_ylabel("tokens for 80 %\nof the mass", fontsize=8)
+        low.legend(fontsize=7, loc="upper right")
+    axes[-1, 0].set_xlabel("training tokens seen" if history and "tokens_seen" in history[0] else "step")
     ax.set_ylabel("validation perplexity")
     lam = ax.twinx()
     lam.plot(tokens, [h["best_lambda"] for h in history], "^--", ms=3, color="tab:green", alpha=0.6)

@@ -64,7 +64,9 @@ def results_table(results: dict) -> str:
         ["kNN-LM", f"{t['knnlm']:.3f}", _rel(t["knnlm"], t["backbone"]),
          f"k={c['k']}, T={c['temperature']}, λ={c['lambda']}",
          f"datastore {mebibytes(results['datastore_bytes'])} ({results['datastore_tokens']:,} keys) + search", "—"],
-        ["MLP Memory alone", f"{t['memory']:.3f}", _rel(t["memory"], t["backbone"]), "λ=1", mem_size,
+        ["MLP Memory alone" + (f" (over the {100 * t['memory_coverage']:.1f} % of targets its corpus head covers)"
+                               if t.get("memory_coverage", 1.0) < 1.0 else ""),
+         f"{t['memory']:.3f}", _rel(t["memory"], t["backbone"]), "λ=1", mem_size,
          f"{results['memory_trainable_parameters']:,} trainable params"],
         ["MLP Memory + backbone", f"{t['memory+backbone']:.3f}", _rel(t["memory+backbone"], t["backbone"]),
          f"λ={results['lambda']}", f"{mem_size}, {results['memory_parameters']:,} params" if train_s else mem_size,

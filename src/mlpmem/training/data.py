@@ -8,8 +8,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mlpmem.inference.perplexity import best_lambda, lambda_curve, perplexity
+from mlpmem.inference.perplexity import best_lambda, lambda_curve, perplexity, tokens_for_mass
 from mlpmem.memory.model import MLPMemory
+from mlpmem.memory.vocab import covered_perplexity, to_head_ids
+
+SHARPNESS_ROWS = 1024
+"""Validation rows on which the memory's sharpness is measured at each evaluation."""
 
 
 @dataclass
@@ -21,13 +25,20 @@ class TrainData:
     teacher_ids: np.ndarray  # (N, K) int32
     teacher_probs: np.ndarray  # (N, K) fp16
     teacher_residual: np.ndarray  # (N,) fp32
+    head_index: np.ndarray | None = None
+    """(V,) full token id -> row of a corpus head (:func:`mlpmem.memory.vocab.index_of`); None: a full head."""
 
     def batch(self, idx: np.ndarray) -> dict[str, torch.Tensor]:
+        """The rows ``idx`` as tensors; token ids are head rows (the same ids under a full head)."""
         idx = np.sort(idx)  # sorted reads are sequential in the memory map; order within a batch is irrelevant
+        targets, teacher_ids = self.targets[idx].astype(np.int64), self.teacher_ids[idx].astype(np.int64)
+        if self.head_index is not None:
+            targets = to_head_ids(targets, self.head_index, "the datastore's next tokens")
+            teacher_ids = to_head_ids(teacher_ids, self.head_index, "the teacher")
         return {
             "keys": torch.from_numpy(self.keys[idx].astype(np.float32)),
-            "targets": torch.from_numpy(self.targets[idx].astype(np.int64)),
-            "teacher_ids": torch.from_numpy(self.teacher_ids[idx].astype(np.int64)),
+            "targets": torch.from_numpy(targets),
+            "teacher_ids": torch.from_numpy(teacher_ids),
             "teacher_probs": torch.from_numpy(self.teacher_probs[idx].astype(np.float32)),
             "teacher_residual": torch.from_numpy(self.teacher_residual[idx]),
         }
@@ -71,10 +82,22 @@ def memory_logprobs(memory: MLPMemory, keys: np.ndarray, targets: np.ndarray, ba
     return out
 
 
+@torch.no_grad()
+def memory_mass80(memory: MLPMemory, keys: np.ndarray, rows: int = SHARPNESS_ROWS) -> float:
+    """Mean number of tokens holding 80 % of p_mem over the first ``rows`` keys (in the head's own rows: the
+    tokens outside a corpus head hold no mass)."""
+    features = memory(torch.from_numpy(np.asarray(keys[:rows], np.float32)), head=False)  # (n, H)
+    probs = torch.softmax(memory.head(features.to(memory.head.weight.dtype)).float(), -1)  # (n, V')
+    return tokens_for_mass(probs, 0.8).double().mean().item()
+
+
 def evaluate(memory: MLPMemory, data: EvalData, lambdas: list[float]) -> dict:
-    """Memory-only perplexity and the joint perplexity at each λ (mixed after softmax)."""
+    """Memory-only perplexity (over the targets its head covers, with that coverage) and the joint perplexity at
+    each λ (mixed after softmax)."""
     lp_mem = memory_logprobs(memory, data.keys, data.targets)
     joint = lambda_curve(data.lm_logprob, lp_mem, lambdas)
     best = best_lambda(joint)
-    return {"memory_ppl": perplexity(lp_mem), "backbone_ppl": perplexity(data.lm_logprob), "joint_ppl": joint[best],
-            "best_lambda": best, "ppl_by_lambda": {str(k): v for k, v in joint.items()}}
+    memory_ppl, coverage = covered_perplexity(lp_mem)
+    return {"memory_ppl": memory_ppl, "memory_coverage": coverage, "memory_mass80": memory_mass80(memory, data.keys),
+            "backbone_ppl": perplexity(data.lm_logprob),
+            "joint_ppl": joint[best], "best_lambda": best, "ppl_by_lambda": {str(k): v for k, v in joint.items()}}

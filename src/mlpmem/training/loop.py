@@ -37,6 +37,7 @@ from mlpmem.training.fused_loss import DEFAULT_CHUNK as FUSED_CHUNK
 from mlpmem.training.fused_loss import fused_head_loss
 from mlpmem.training.loss import sparse_hybrid_loss
 from mlpmem.training.optim import adamw, lr_schedule, optimizer_step
+from mlpmem.training.regularise import noisy_keys, step_generator
 from mlpmem.training.selection import (
     BEST,
     eval_interval,
@@ -89,6 +90,8 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
         idx = order[in_epoch * cfg.batch_size : (in_epoch + 1) * cfg.batch_size]
         mine, weight = rank_rows(idx, accelerator.process_index, accelerator.num_processes)
         batch = data.batch(mine)
+        batch["keys"] = noisy_keys(batch["keys"], idx, mine, cfg.key_noise, cfg.seed, step)
+        torch.manual_seed(int(step_generator(cfg.seed, step).initial_seed()) + accelerator.process_index)  # dropout
         model.train()
         loss, parts = batch_loss(model, whole, batch, cfg, fused=cfg.fused_loss and not sharded)
         accelerator.backward(loss * weight)
@@ -134,13 +137,15 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
 def batch_loss(model: torch.nn.Module, memory: MLPMemory, batch: dict, cfg: TrainConfig, fused: bool):
     """The batch's hybrid loss and its parts; ``model`` is the (possibly wrapped) ``memory``."""
     teacher = (batch["teacher_ids"], batch["teacher_probs"], batch["teacher_residual"], batch["targets"])
+    head = memory.head  # token ids in ``batch`` are its rows (a corpus head scores only its tokens)
     with autocast(model, cfg.precision):  # not accelerate's mixed_precision: that is fixed per process
-        out = model(batch["keys"], head=not fused)  # (B, H) features, or (B, V) logits
+        features = model(batch["keys"], head=False)  # (B, H)
+        if not fused:
+            logits = head(features.to(head.weight.dtype))  # (B, V')
     if not fused:
-        return sparse_hybrid_loss(out, *teacher, cfg.alpha, cfg.loss_chunk)
-    head = memory.head
+        return sparse_hybrid_loss(logits, *teacher, cfg.alpha, cfg.loss_chunk)
     dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float32
-    return fused_head_loss(out.float(), head.weight, head.bias, *teacher, cfg.alpha,
+    return fused_head_loss(features.float(), head.weight, head.bias, *teacher, cfg.alpha,
                            chunk_size=cfg.loss_chunk or FUSED_CHUNK, compute_dtype=dtype)
 
 

@@ -41,8 +41,10 @@ def eval_interval(cfg: TrainConfig, steps_per_epoch: int, total: int) -> int | N
 
 
 def is_eval_step(step: int, steps_per_epoch: int, interval: int | None) -> bool:
-    """Whether the loop evaluates after ``step`` steps: at an epoch end or every ``interval`` steps."""
-    return step % steps_per_epoch == 0 or (interval is not None and step % interval == 0)
+    """Whether the loop evaluates after ``step`` steps: at an epoch end or every ``interval`` steps of an epoch
+    (counted from the epoch's start, so that no evaluation falls just after an epoch end's)."""
+    in_epoch = step % steps_per_epoch
+    return in_epoch == 0 or (interval is not None and in_epoch % interval == 0)
 
 
 def tokens_seen(step: int, steps_per_epoch: int, batch_size: int, rows: int) -> int:

@@ -35,7 +35,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from mlpmem.backbone import autocast
 from mlpmem.config import Config
@@ -44,17 +43,18 @@ from mlpmem.datastore import KeyStore, encode_windows, pad_windows
 from mlpmem.errors import ConfigError, CorruptArtifact
 from mlpmem.experiments.bench.common import summarize, threads, write_text
 from mlpmem.index import ExactIndex, FaissIndex
+from mlpmem.memory.vocab import index_of
 from mlpmem.pipeline.config import PipelineConfig
 from mlpmem.pipeline.corpus import split_tokens
 from mlpmem.pipeline.datastore import stage_datastore
 from mlpmem.pipeline.run import Run
 from mlpmem.pipeline.teacher import stage_teacher
-from mlpmem.pipeline.train import build_memory, eval_data
+from mlpmem.pipeline.train import build_memory, eval_data, head_vocabulary
 from mlpmem.reporting.tables import markdown_table
 from mlpmem.teacher import TeacherStore, knn_sparse
 from mlpmem.training.data import TrainData
+from mlpmem.training.flops import train_flops_per_token
 from mlpmem.training.loop import train_memory
-from mlpmem.training.loss import sparse_hybrid_loss
 
 
 @dataclass
@@ -141,19 +141,8 @@ def matmul_peak(size: int, cfg: OfflineBenchConfig) -> dict:
     return out
 
 
-def train_flops_per_token(memory, data, train_cfg) -> float:
-    """Matmul FLOPs of one training step (forward + backward) per token, counted by FlopCounterMode."""
-    n = min(train_cfg.batch_size, len(data.targets))
-    batch = data.batch(np.arange(n))
-    counter = FlopCounterMode(display=False)
-    with counter:
-        with autocast(memory, train_cfg.precision):
-            logits = memory(batch["keys"])  # (B, V)
-        loss, _ = sparse_hybrid_loss(logits, batch["teacher_ids"], batch["teacher_probs"], batch["teacher_residual"],
-                                     batch["targets"], train_cfg.alpha, train_cfg.loss_chunk)
-        loss.backward()
-    memory.zero_grad(set_to_none=True)
-    return counter.get_total_flops() / n
+LOSS_PATHS = (("autograd", False, "full"), ("fused", True, "full"), ("fused, corpus head", True, "corpus"))
+"""(name, fused loss, head vocabulary) of the training paths timed side by side."""
 
 
 def stages(run, cfg: OfflineBenchConfig) -> dict:
@@ -169,27 +158,33 @@ def stages(run, cfg: OfflineBenchConfig) -> dict:
     timings["teacher"]["tokens_per_s"] = keys["tokens"] / timings["teacher"]["seconds"]
     store = KeyStore(run.path("datastore"))
     teacher = TeacherStore(run.path("teacher"), datastore=store)
-    data = TrainData(store.array("keys"), store.array("values"), teacher.array("ids"), teacher.array("probs"),
-                     teacher.array("residual"))
     train_cfg = run.cfg.train
-    flops = train_flops_per_token(build_memory(run), data, train_cfg)
-    steps = min(cfg.train_steps, len(data.targets) // train_cfg.batch_size - 1)  # stop before the epoch's eval
+    vocab_size = int(run.backbone[0].get_output_embeddings().weight.shape[0])
+    steps = min(cfg.train_steps, store.num_rows // train_cfg.batch_size - 1)  # stop before the epoch's eval
     if steps < 2:
         raise ConfigError(f"train_tokens={cfg.train_tokens} gives fewer than 3 batches of {train_cfg.batch_size}")
     paths = {}
-    for name, fused in (("autograd", False), ("fused", True)):  # the same memory, data and steps; the loss path
+    for name, fused, vocab in LOSS_PATHS:  # the same data and steps; the loss path and the head's vocabulary
+        head_vocab = head_vocabulary(vocab, store, teacher, vocab_size)
+        data = TrainData(store.array("keys"), store.array("values"), teacher.array("ids"), teacher.array("probs"),
+                         teacher.array("residual"), None if head_vocab is None else index_of(head_vocab, vocab_size))
+        flops = train_flops_per_token(build_memory(run, head_vocab), data, train_cfg)
         shutil.rmtree(run.path("train-bench"), ignore_errors=True)
-        state = train_memory(build_memory(run), data, eval_data(run, "validation"),
+        state = train_memory(build_memory(run, head_vocab), data, eval_data(run, "validation"),
                              dataclasses.replace(train_cfg, fused_loss=fused), run.path("train-bench"),
                              progress=run.progress, stop_after=steps)
-        paths[name] = {"seconds": state["train_seconds"], "tokens_per_s": state["tokens_per_s"]}
+        paths[name] = {"seconds": state["train_seconds"], "tokens_per_s": state["tokens_per_s"],
+                       "flops_per_token": flops, "head_tokens": vocab_size if head_vocab is None else len(head_vocab)}
     disk = sum(f.stat().st_size for f in run.path("teacher").glob("*.npy"))
-    main = paths["fused" if train_cfg.fused_loss else "autograd"]
+    main = paths[next(name for name, fused, vocab in LOSS_PATHS
+                      if (fused, vocab) == (train_cfg.fused_loss, run.cfg.memory.vocab))]
     return {"timings": timings, "train": {"steps": state["step"], "batch_size": train_cfg.batch_size,
                                           "seconds": main["seconds"], "tokens_per_s": main["tokens_per_s"],
-                                          "precision": train_cfg.precision, "flops_per_token": flops,
+                                          "precision": train_cfg.precision, "flops_per_token": main["flops_per_token"],
                                           "loss_paths": paths,
                                           "fused_over_autograd": paths["fused"]["tokens_per_s"]
+                                          / paths["autograd"]["tokens_per_s"],
+                                          "corpus_head_over_autograd": paths["fused, corpus head"]["tokens_per_s"]
                                           / paths["autograd"]["tokens_per_s"]},
             "teacher": {"bytes_per_token": teacher.manifest["bytes_per_token"], "disk_bytes_per_token":
                         disk / teacher.num_rows, "rows": teacher.num_rows, "k": run.cfg.teacher.k,
@@ -289,6 +284,8 @@ def run_bench(config_path: str, cfg: OfflineBenchConfig, progress: bool = True) 
     tr = st["train"]
     achieved = tr["flops_per_token"] * tr["tokens_per_s"]
     peak_key = "bf16" if tr["precision"] == "bf16" else "fp32"
+    for path in tr["loss_paths"].values():
+        path["fraction_of_peak"] = path["flops_per_token"] * path["tokens_per_s"] / peak[peak_key]["median"]
     full = Path(source_dir) / "timings.json"
     search = full_teacher_search(source_dir, run.cfg.teacher, cfg, st["timings"]["keys_train"]["tokens_per_s"])
     return {"forward_vs_keys": fwd, "stages": st, "matmul_peak_flops": peak, "full_teacher_search": search,
@@ -318,10 +315,18 @@ def report(r: dict) -> str:
             *[[f"memory training, {name} head + loss ({st['train']['steps']} steps x {st['train']['batch_size']}, "
                f"{st['train']['precision']})", st["train"]["steps"] * st["train"]["batch_size"],
                f"{v['seconds']:.1f}", f"{v['tokens_per_s']:.0f}"] for name, v in st["train"]["loss_paths"].items()]]
+    paths = [[name, f"{v['head_tokens']:,}", f"{v['tokens_per_s']:.0f}",
+              f"{v['tokens_per_s'] / st['train']['loss_paths']['autograd']['tokens_per_s']:.2f}",
+              f"{v['flops_per_token'] / 1e6:.1f}", f"{100 * v['fraction_of_peak']:.0f} %" if "fraction_of_peak" in v
+              else "-"] for name, v in st["train"]["loss_paths"].items()]
     lines += ["## Pipeline stages on the slice\n",
               markdown_table(["stage", "tokens", "seconds", "tokens/s"], rows), "",
-              f"Teacher / key-extraction time: **{r['teacher_over_keys']:.2f}** (target ≤ 1). Training tokens/s, fused "
-              f"head + loss / autograd path: **{st['train']['fused_over_autograd']:.2f}** (target ≥ 3).", ""]
+              f"Teacher / key-extraction time: **{r['teacher_over_keys']:.2f}** (target ≤ 1).", "",
+              "## Memory training paths, side by side (same data and steps)\n",
+              markdown_table(["head + loss", "head tokens", "tokens/s", "vs autograd", "MFLOP/token",
+                              f"of the {st['train']['precision']} peak"], paths), "",
+              f"Training tokens/s, fused / autograd: **{st['train']['fused_over_autograd']:.2f}**; fused with the "
+              f"corpus head / autograd: **{st['train']['corpus_head_over_autograd']:.2f}** (target ≥ 3).", ""]
     peak = r["matmul_peak_flops"]
     lines += ["## Training against the measured matmul peak\n",
               f"Plain {cfg['peak_size']}² matmul: fp32 {peak['fp32']['median'] / 1e9:.1f} GFLOP/s, bf16 "
