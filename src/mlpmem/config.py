@@ -132,10 +132,14 @@ class Config:
 
 def read_yaml(path: str | Path) -> dict:
     """A YAML mapping from ``path``; a missing file, bad YAML, an empty file or a non-mapping are errors."""
+    if Path(path).is_dir():
+        raise ConfigError(f"config file {path} is a folder, not a YAML file (e.g. configs/quick.yaml)")
     try:
         raw = yaml.safe_load(Path(path).read_text())
-    except (FileNotFoundError, IsADirectoryError):
+    except FileNotFoundError:
         raise ConfigError(f"config file {path} not found") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not a text file (not UTF-8)") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
     if raw is None:

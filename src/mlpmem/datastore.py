@@ -4,12 +4,19 @@ One *keystore* per split: ``keys-NNNNN.npy`` fp16 ``[n, d]`` and ``values-NNNNN.
 (the next token), plus, for evaluation splits, ``lm-NNNNN.npy`` fp32 ``[n]``, the backbone's
 log-probability of that token. The training split's keystore is the kNN datastore; its keys come
 from a truncated forward (layers above the key layer never run). Row ``i`` of the concatenated
-shards is datastore id ``i``. A shard holds a fixed number of window batches, so a resumed build
-runs the very same batches and writes byte-identical shards.
+shards is datastore id ``i``. A shard holds a fixed number of windows, so a resumed build runs the very
+same batches and writes byte-identical shards.
+
+With ``pack`` (:mod:`mlpmem.corpora.packing`), windows shorter than ``block_size`` share model rows, each
+attending only to itself with its own positions: the rows, their order and their count are those of one window
+per row, and the keys equal within floating-point rounding (a different matrix shape sums in another order),
+while a corpus of short documents runs full rows. The manifest records whether a store was packed, and a store
+is never resumed or reused the other way (one from before the record counts as one window per row).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,18 +31,22 @@ from mlpmem.backbone import (
     base_model,
     check_fingerprint,
     check_precision,
+    document_mask,
     extract_keys,
     fingerprint,
     output_logits,
+    packing_unsupported,
     resolve_layer,
 )
 from mlpmem.corpora.documents import (
     Window,
+    Windows,
     corpus_hash,
     document_lengths,
     make_windows,
     release_pages,
 )
+from mlpmem.corpora.packing import Layout, batch_bounds, pack_layout, packed_rows, scored_index, window_lengths
 from mlpmem.errors import ConfigError, CorruptArtifact, MlpmemError
 from mlpmem.utils.distributed import (
     Dist,
@@ -71,38 +82,89 @@ def pad_windows(token_docs: Sequence[np.ndarray], windows: Sequence[Window], pad
     return input_ids, mask
 
 
+def _model_inputs(model, token_docs, windows: Sequence[Window], layout: Layout, packed: bool) -> dict:
+    """Keyword inputs of the decoder stack: right-padded rows with a 2-D mask, or packed rows with a 4-D
+    document mask and restarting position ids."""
+    if not packed:
+        input_ids, mask = pad_windows(token_docs, windows)  # (B, T)
+        return {"input_ids": input_ids, "attention_mask": mask}
+    rows = packed_rows(token_docs, windows, layout)
+    return {"input_ids": torch.from_numpy(rows.input_ids),  # (R, T)
+            "attention_mask": document_mask(model, torch.from_numpy(rows.segments)),  # (R, 1, T, T)
+            "position_ids": torch.from_numpy(rows.position_ids)}  # (R, T)
+
+
+def _scored_states(model, token_docs, windows: Sequence[Window], layer: int, site: str, with_lm: bool,
+                   pack_into: int | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Keys ``(M, d)`` and, with ``with_lm``, final hidden states ``(M, d)`` at the scored positions, window by
+    window (in the running precision)."""
+    layout = pack_layout(window_lengths(windows), pack_into)
+    inputs = _model_inputs(model, token_docs, windows, layout, pack_into is not None)
+    rows, cols = (torch.from_numpy(a) for a in scored_index(windows, layout))  # (M,) each
+    if not with_lm:
+        return extract_keys(model, layer=layer, site=site, **inputs)[rows, cols], None
+    with KeyHook(model, layer, site) as hook:
+        hidden = base_model(model)(**inputs, use_cache=False)[0]  # (R, T, d)
+    return hook.keys[rows, cols], hidden[rows, cols]
+
+
 @torch.no_grad()
 def encode_windows(model, token_docs, windows: list[Window], layer: int, site: str, with_lm: bool,
-                   precision: str = "fp32") -> EncodedBatch:
-    """Keys (and optionally LM log-probs) of the scored targets of a batch of windows (right-padded).
+                   precision: str = "fp32", pack_into: int | None = None) -> EncodedBatch:
+    """Keys (and optionally LM log-probs) of the scored targets of a batch of windows.
 
+    ``pack_into=None`` runs one right-padded window per row; a token count packs consecutive windows into rows of
+    at most that many tokens (check :func:`packing_check` first). The rows come out in window order either way.
     The decoder runs at ``precision``; the LM head runs in fp32 on the scored positions only.
     """
-    input_ids, mask = pad_windows(token_docs, windows)  # (B, T)
-    with torch.no_grad(), autocast(model, precision):
-        if with_lm:
-            with KeyHook(model, layer, site) as hook:
-                hidden = base_model(model)(input_ids=input_ids, attention_mask=mask, use_cache=False)[0]  # (B, T, d)
-            keys = hook.keys
-        else:
-            keys = extract_keys(model, input_ids, mask, layer, site)  # (B, T, d)
-    keys_out = torch.cat([keys[b, w.positions] for b, w in enumerate(windows)]).to(torch.float16).numpy()
+    with autocast(model, precision):
+        keys, hidden = _scored_states(model, token_docs, windows, layer, site, with_lm, pack_into)  # (M, d)
+    keys_out = keys.to(torch.float16).numpy()
     if not np.isfinite(keys_out).all():
         raise CorruptArtifact("the backbone produced NaN/Inf keys (or keys beyond fp16 range) at this layer")
     values = np.concatenate([token_docs[w.doc][w.first_target : w.end] for w in windows]).astype(np.int32)
     lm_logprob = None
     if with_lm:
-        with torch.no_grad():
-            scored = torch.cat([hidden[b, w.positions] for b, w in enumerate(windows)])  # (M, d)
-            logits = output_logits(model, scored)  # (M, V) fp32
-            targets = torch.from_numpy(values).long()
-            lm = logits.gather(-1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)  # (M,)
+        logits = output_logits(model, hidden)  # (M, V) fp32
+        targets = torch.from_numpy(values).long()
+        lm = logits.gather(-1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)  # (M,)
         lm_logprob = lm.float().numpy()
     return EncodedBatch(keys_out, values, lm_logprob)
 
 
+PROBE_TOLERANCE = 1e-4
+"""Largest relative difference (fp32) of packed vs separate keys in :func:`packing_check`: fp32 rounding stays
+orders of magnitude below it, a document that sees another one's tokens (or misses its positions) far above."""
+
+
+@torch.no_grad()
+def packing_check(model, layer: int, site: str) -> str | None:
+    """Why packed rows would not give ``model`` its own keys, or None when they do.
+
+    The static check of :func:`~mlpmem.backbone.packing_unsupported`, then a probe on the model itself: two
+    short documents packed in one row (fp32) must get the keys each gets alone; a model that ignores the 4-D
+    mask or the position ids fails it.
+    """
+    reason = packing_unsupported(model)
+    if reason is not None:
+        return reason
+    vocab = model.get_input_embeddings().weight.shape[0]
+    docs = [np.arange(1, 8) % vocab, np.arange(8, 13) % vocab]
+    windows = [Window(0, 0, 7, 1), Window(1, 0, 5, 1)]
+    alone = _scored_states(model, docs, windows, layer, site, False, None)[0]  # (M, d)
+    try:
+        packed = _scored_states(model, docs, windows, layer, site, False, 12)[0]
+    except Exception as exc:  # noqa: BLE001 - any failure of the packed forward means: do not pack
+        first = (str(exc).splitlines() or [""])[0]
+        return f"a packed forward of {type(model).__name__} fails ({type(exc).__name__}: {first})"
+    error = ((packed - alone).norm() / alone.norm()).item()
+    if not error <= PROBE_TOLERANCE:
+        return f"{type(model).__name__} does not keep packed documents apart (relative key difference {error:.1e})"
+    return None
+
+
 def _settings(model, tokenizer, token_docs, layer, site, block_size, stride, batch_size, batches_per_shard, with_lm,
-              precision):
+              precision, pack):
     return {
         "format": FORMAT,
         "backbone": fingerprint(model, tokenizer),
@@ -114,31 +176,38 @@ def _settings(model, tokenizer, token_docs, layer, site, block_size, stride, bat
         "batches_per_shard": batches_per_shard,
         "with_lm": with_lm,
         "precision": check_precision(precision),
+        "pack": pack,
         "corpus_sha": corpus_hash(token_docs),
     }
 
 
 def build_keystore(model, tokenizer, token_docs: Sequence[np.ndarray], out_dir: str | Path, *, layer, site="ffn_input",
                    block_size=512, stride=256, batch_size=4, batches_per_shard=16, with_lm=False,
-                   precision="fp32", rebuild=False, progress=True, desc="keys", dist: Dist | None = None) -> dict:
+                   precision="fp32", pack=False, rebuild=False, progress=True, desc="keys",
+                   dist: Dist | None = None) -> dict:
     """Encode every scored target of ``token_docs`` into a keystore at ``out_dir``; resumable, idempotent.
 
     Shard s always holds windows ``[s * P, (s + 1) * P)`` with ``P = batch_size * batches_per_shard``, so
     its bytes do not depend on which process builds it: under ``accelerate launch``/``torchrun`` each process
     encodes a contiguous slice of the pending shards and process 0 merges the records in corpus order.
+    With ``pack`` a batch is up to ``batch_size`` rows of ``block_size`` tokens that share out, first-fit, as many
+    consecutive windows of the shard as fit (a backbone that cannot run packed rows falls back to one window per
+    row, with a warning); the manifest records which way the store was built.
     """
     dist = dist or current()
     out_dir = Path(out_dir)
     _check_context(model, block_size)
+    pack_into, fallback = _pack_into(model, resolve_layer(model, layer), site, block_size) if pack else (None, None)
     settings = _settings(model, tokenizer, token_docs, layer, site, block_size, stride, batch_size,
-                         batches_per_shard, with_lm, precision)
+                         batches_per_shard, with_lm, precision, pack_into is not None)
+    _accept_unrecorded_pack(out_dir, settings, rebuild)
     windows = make_windows(document_lengths(token_docs), block_size, stride)
     if not windows:
         raise MlpmemError("the corpus has no token to score (every document is shorter than 2 tokens)")
     per_shard = batch_size * batches_per_shard
     num_shards = -(-len(windows) // per_shard)
     fresh = dict(num_windows=len(windows), num_targets=windows.num_scored, rows=0, shards=[],
-                 complete=False)
+                 complete=False, pack_fallback=fallback)
     manifest = open_build(out_dir, settings, fresh, rebuild, dist, "keystore")
     if manifest["complete"]:
         return manifest
@@ -151,14 +220,46 @@ def build_keystore(model, tokenizer, token_docs: Sequence[np.ndarray], out_dir: 
     for s in mine:
         shard_windows = windows[s * per_shard : (s + 1) * per_shard]
         parts = []
-        for i in range(0, len(shard_windows), batch_size):
-            batch = shard_windows[i : i + batch_size]
-            parts.append(encode_windows(model, token_docs, batch, settings["layer"], site, with_lm, precision))
+        for batch in window_batches(shard_windows, batch_size, pack_into):
+            parts.append(encode_windows(model, token_docs, batch, settings["layer"], site, with_lm, precision,
+                                        pack_into))
             bar.update(len(parts[-1].values))
         manifest = _write_shard(out_dir, manifest, parts, len(shard_windows), s, num_shards, dist)
         release_pages(token_docs)
     bar.close()
     return finish_build(out_dir, num_shards, dist, "keystore")
+
+
+def window_batches(windows: Windows, batch_size: int, pack_into: int | None) -> list[Windows]:
+    """Consecutive batches of ``windows``: ``batch_size`` windows each, or with ``pack_into`` as many as fill
+    ``batch_size`` packed rows."""
+    return [windows[b] for b in batch_bounds(window_lengths(windows), batch_size, pack_into)]
+
+
+def _pack_into(model, layer: int, site: str, block_size: int) -> tuple[int | None, str | None]:
+    """``(block_size, None)`` when ``model`` runs packed rows, else ``(None, why not)`` with a warning."""
+    reason = packing_check(model, layer, site)
+    if reason is None:
+        return block_size, None
+    warnings.warn(f"datastore: one window per row ({reason})", stacklevel=3)
+    return None, reason
+
+
+def _accept_unrecorded_pack(out_dir: Path, settings: dict, rebuild: bool) -> None:
+    """A keystore written before ``pack`` was recorded was built one window per row. It is reused as such (``pack``
+    left out of the compared ``settings``): silently when ``pack`` is off, with a warning when on and the store is
+    complete (its keys equal packed ones within rounding); an incomplete one is not resumed packed (mixed shards)."""
+    path = out_dir / MANIFEST
+    manifest = None if rebuild or not path.is_file() else read_json(path, f"keystore {out_dir}")
+    if manifest is None or "pack" in manifest:
+        return
+    if settings["pack"] and not manifest.get("complete"):
+        raise CorruptArtifact(f"keystore {out_dir} was started one window per row before packing was recorded: "
+                              "set datastore.pack: false to resume it, or rebuild it (--rebuild)")
+    if settings["pack"]:
+        warnings.warn(f"keystore {out_dir} predates datastore.pack: reused as built, one window per row",
+                      stacklevel=3)
+    del settings["pack"]
 
 
 def _check_context(model, block_size: int) -> None:

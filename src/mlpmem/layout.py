@@ -14,6 +14,9 @@
       results.json, report.md, lambda.png   the evaluation
       timings.json           seconds and tokens/s of every stage
       ablations/<study>/     variants of the memory trained on this run's datastore
+      stages/<stage>.json    what each stage was built from (the settings it depends on), checked on reuse
+      memory.sha256.json     the checksums of memory/'s files, checked whenever the memory is loaded
+      .lock                  held by the command writing the folder (pid, host, command)
 
 The stages (:mod:`mlpmem.pipeline`), the reports and the experiments all name these paths through
 :class:`RunLayout`; no module spells a run folder's file names itself.
@@ -23,6 +26,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
+WRITTEN = frozenset({"config.yaml", "corpus", "tokens", "datastore", "eval", "knnlm", "teacher", "train", "memory",
+                     "learning_curve.png", "results.json", "report.md", "lambda.png", "timings.json", "ablations",
+                     "stages", "memory.sha256.json", ".lock", "train-bench", "bench-report.md", "bench-results.json"})
+"""Every name mlpmem writes at the top of a run folder (``train-bench``, ``bench-*``: the offline benchmark's, which
+runs in a folder of its own), besides temporaries (:func:`is_written`)."""
+
+
+TRAIN_WRITTEN = frozenset({"checkpoint", "best", "train_state.json"})
+"""Every name the training writes in ``train/`` (:func:`is_train_written`)."""
+
+
+def is_train_written(name: str) -> bool:
+    """Whether the training writes an entry of this name in ``train/``: a name of :data:`TRAIN_WRITTEN`, a
+    temporary, or the swap folders of a checkpoint (``checkpoint.old``) or of the best weights (``.best.old<pid>``)."""
+    return (name in TRAIN_WRITTEN or name.endswith(".tmp") or name in ("checkpoint.old",)
+            or name.startswith((".best.tmp", ".best.old", "checkpoint.tmp")))
+
+
+def is_written(name: str) -> bool:
+    """Whether mlpmem writes an entry of this name at the top of a run folder: a name of :data:`WRITTEN`, a
+    temporary (``*.tmp``) or the memory's swap folders (``.memory.tmp<pid>``, ``.memory.old<pid>``)."""
+    return name in WRITTEN or name.endswith(".tmp") or name.startswith((".memory.tmp", ".memory.old"))
 
 
 @dataclass(frozen=True)
@@ -95,6 +121,20 @@ class RunLayout:
     @property
     def timings(self) -> Path:
         return self.root / "timings.json"
+
+    def record(self, stage: str) -> Path:
+        """What ``stage`` was built from (:mod:`mlpmem.pipeline.records`)."""
+        return self.root / "stages" / f"{stage}.json"
+
+    @property
+    def memory_checksums(self) -> Path:
+        """The sha256 of ``memory/``'s files (:mod:`mlpmem.utils.checksums`)."""
+        return self.root / "memory.sha256.json"
+
+    @property
+    def lock(self) -> Path:
+        """The run folder's lock (:mod:`mlpmem.utils.lock`)."""
+        return self.root / ".lock"
 
     def ablation(self, study: str) -> Path:
         return self.root / "ablations" / study

@@ -14,7 +14,7 @@ from mlpmem.corpora.documents import (
     tokenize_documents,
 )
 from mlpmem.corpora.tokens import is_current, open_tokens, write_tokens
-from mlpmem.errors import CorruptArtifact
+from mlpmem.errors import ConfigError, CorruptArtifact
 
 SETTINGS = {"source": "test"}
 
@@ -63,6 +63,10 @@ def test_reuse_and_staleness(tiny_tokenizer, tmp_path):
     assert is_current(folder, SETTINGS) and not is_current(folder, {"source": "other"})
     write_tokens(documents(3), tiny_tokenizer, folder, {"source": "other"}, progress=False)  # replaces it
     assert len(open_tokens(folder)) == 3 and is_current(folder, {"source": "other"})
+    (folder / "notes.txt").write_text("mine")  # a stale cache holding a user's file is refused, the file kept
+    with pytest.raises(ConfigError, match="notes.txt"):
+        write_tokens(documents(), tiny_tokenizer, folder, SETTINGS, progress=False)
+    assert (folder / "notes.txt").read_text() == "mine" and not list(tmp_path.glob("tok.tmp-*"))
 
 
 def test_bit_flip_and_bad_offsets_are_detected(tiny_tokenizer, tmp_path):

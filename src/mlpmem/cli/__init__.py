@@ -2,15 +2,18 @@
 
 Nothing of a command is imported until it runs or shows its own help, so ``mlpmem --help`` and every group's
 help load no model library. Old flat names (``bench-infer``, ``qa-report``, ...) are rewritten to the
-grouped ones (``bench infer``, ``qa report``) before parsing and are never listed.
+grouped ones (``bench infer``, ``qa report``) before parsing and are never listed. Every failure is one line
+on stderr with a documented exit status (:mod:`mlpmem.cli.guard`); ``--debug`` shows the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 
+from mlpmem.cli.guard import EXIT_CODES, one_line, unexpected
 from mlpmem.cli.spec import PROG, Command, CommandParser, function, one_line_error
 from mlpmem.cli.table import ALIASES, COMMANDS, GROUPS
 from mlpmem.errors import MlpmemError
@@ -55,8 +58,11 @@ def canonical_argv(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; its errors are one line, ``mlpmem: error: ...``, and exit status 2."""
+    """Run one command. Its errors are one line, ``mlpmem: error: ...``; the exit status says which kind
+    (:data:`EXIT_CODES`). ``--debug`` (anywhere on the line) or ``MLPMEM_DEBUG=1`` shows the traceback instead."""
     argv = canonical_argv(list(sys.argv[1:] if argv is None else argv))
+    debug = "--debug" in argv or os.environ.get("MLPMEM_DEBUG", "0") not in ("", "0")
+    argv = [a for a in argv if a != "--debug"]
     args, unknown = build_parser().parse_known_args(argv)
     command: Command = args._command
     if unknown:
@@ -65,6 +71,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         function(command)(args)
     except MlpmemError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+        if debug:
+            raise
+        print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"{PROG}: interrupted; rerun the same command to resume (finished work is kept)", file=sys.stderr)
+        return EXIT_CODES["interrupted"]
+    except Exception as exc:  # noqa: BLE001 - the guard: any other failure is one line too, unless --debug
+        if debug:
+            raise
+        print(f"{PROG}: error: {unexpected(exc, ' '.join(command.path))}", file=sys.stderr)
+        return EXIT_CODES["unexpected"]
     return 0

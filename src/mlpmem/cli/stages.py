@@ -13,14 +13,10 @@ from pathlib import Path
 from mlpmem.errors import MlpmemError
 from mlpmem.experiments.ablation import run_study, study_table
 from mlpmem.inference.augmented_lm import MemoryAugmentedLM
-from mlpmem.pipeline import run_pipeline
+from mlpmem.pipeline import records, require, run_pipeline, run_stage
 from mlpmem.pipeline.config import PipelineConfig
-from mlpmem.pipeline.datastore import stage_datastore
-from mlpmem.pipeline.evaluate import load_memory, stage_eval
-from mlpmem.pipeline.knnlm import stage_knnlm
+from mlpmem.pipeline.evaluate import load_memory
 from mlpmem.pipeline.run import Run
-from mlpmem.pipeline.teacher import stage_teacher
-from mlpmem.pipeline.train import stage_train
 from mlpmem.reporting.run_report import (
     distribution_table,
     knnlm_summary,
@@ -35,7 +31,7 @@ RESULTS = "run results (run `mlpmem eval` first)"
 
 
 def _run(args: argparse.Namespace) -> Run:
-    return Run(PipelineConfig.from_yaml(args.config, args.set), progress=not args.quiet)
+    return Run(PipelineConfig.from_yaml(args.config, args.set), progress=not args.quiet, config_file=args.config)
 
 
 def _print_results(run: Run, results: dict) -> None:
@@ -44,39 +40,65 @@ def _print_results(run: Run, results: dict) -> None:
 
 
 def datastore(args: argparse.Namespace) -> None:
-    print(json.dumps(stage_datastore(_run(args), args.rebuild), indent=1))
+    print(json.dumps(_stage(args, "datastore"), indent=1))
 
 
 def knnlm(args: argparse.Namespace) -> None:
-    print(knnlm_summary(stage_knnlm(_run(args))))
+    print(knnlm_summary(_stage(args, "knnlm")))
 
 
 def teacher(args: argparse.Namespace) -> None:
-    manifest = stage_teacher(_run(args), args.rebuild)
+    manifest = _stage(args, "teacher")
     print(f"teacher: {manifest['rows']} positions, {manifest['bytes_per_token']} bytes/token")
 
 
 def train(args: argparse.Namespace) -> None:
-    state = stage_train(_run(args), args.rebuild)
+    state = _stage(args, "train")
     last = state["history"][-1:] and {k: state["history"][-1][k] for k in ("memory_ppl", "joint_ppl")}
     print(f"trained {state['step']} steps in {state['train_seconds']:.0f} s; history: " + json.dumps(last))
 
 
 def evaluate(args: argparse.Namespace) -> None:
-    run = _run(args)
-    _print_results(run, stage_eval(run))
+    the_run = _run(args)
+    with the_run.locked(args.command_line):
+        _print_results(the_run, run_stage(the_run, "eval"))
+
+
+def _stage(args: argparse.Namespace, stage: str):
+    """Run one stage of the pipeline under the run folder's lock (checked and recorded, see run_stage)."""
+    the_run = _run(args)
+    with the_run.locked(args.command_line):
+        return run_stage(the_run, stage, args.rebuild)
+
+
+def _current_results(the_run: Run) -> dict:
+    """``results.json`` of the run, refused if it was computed from another memory or configuration."""
+    results = read_json(the_run.layout.results, RESULTS)
+    records.check(the_run, "eval")
+    return results
+
+
+def _results_lambda(the_run: Run) -> float:
+    """The λ chosen on validation by the evaluation of the run's current memory."""
+    results = read_json(the_run.layout.results, RESULTS)
+    if not records.results_match_memory(the_run):
+        raise MlpmemError(f"{the_run.layout.results} was computed for another memory than {the_run.layout.memory}: "
+                          f"run `mlpmem eval {the_run.config_file or 'CONFIG'}` first, or give --lam")
+    return results["lambda"]
 
 
 def report(args: argparse.Namespace) -> None:
-    run = _run(args)
-    results = read_json(run.path("results.json"), RESULTS)
-    write_run_report(run, results)
-    _print_results(run, results)
+    the_run = _run(args)
+    with the_run.locked(args.command_line):
+        results = _current_results(the_run)
+        write_run_report(the_run, results)
+    _print_results(the_run, results)
 
 
 def run(args: argparse.Namespace) -> None:
     the_run = _run(args)
-    _print_results(the_run, run_pipeline(the_run, rebuild=args.rebuild))
+    with the_run.locked(args.command_line):
+        _print_results(the_run, run_pipeline(the_run, rebuild=args.rebuild))
 
 
 def demo(args: argparse.Namespace) -> None:
@@ -89,16 +111,30 @@ def demo(args: argparse.Namespace) -> None:
 
 
 def ablate(args: argparse.Namespace) -> None:
-    print(study_table(args.study, run_study(_run(args), args.study)))
+    the_run = _run(args)
+    with the_run.locked(args.command_line):
+        require(the_run, ("datastore", "teacher"))  # the variants train on the run's datastore and teacher
+        records.check_upstream(the_run, "train")
+        print(study_table(args.study, run_study(the_run, args.study)))
 
 
 def generate(args: argparse.Namespace) -> None:
     """Continue ``--prompt`` with the backbone mixed with the run's memory (at the run's λ unless ``--lam``)."""
+    if not args.prompt.strip():
+        raise MlpmemError("--prompt is empty: give the text to continue")
+    if args.max_new_tokens < 1:
+        raise MlpmemError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     the_run = _run(args)
+    require(the_run, ("train",))
+    records.check_upstream(the_run, "train")
+    records.check(the_run, "train")
+    records.verify_memory(the_run)
+    lam = args.lam if args.lam is not None else _results_lambda(the_run)
     model, tokenizer = the_run.backbone
-    lam = args.lam if args.lam is not None else read_json(the_run.path("results.json"), RESULTS)["lambda"]
     mixed = MemoryAugmentedLM(model, load_memory(the_run), lam=lam, tokenizer=tokenizer)
     inputs = tokenizer([args.prompt], return_tensors="pt")
+    if inputs["input_ids"].shape[1] == 0:
+        raise MlpmemError("--prompt encodes to no token with this tokenizer: give some text")
     out = mixed.generate(**inputs, max_new_tokens=args.max_new_tokens, do_sample=args.sample,
                          pad_token_id=tokenizer.eos_token_id, **({"top_p": 0.9} if args.sample else {}))
     print(tokenizer.decode(out[0], skip_special_tokens=True))

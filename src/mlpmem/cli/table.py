@@ -11,7 +11,7 @@ from mlpmem.cli.spec import Arg, Command
 GROUPS = {
     "": "the pipeline",
     "qa": "knowledge QA: EM/F1 of one method, the whole comparison",
-    "bench": "speed benchmarks: inference, offline stages, scale",
+    "bench": "speed benchmarks: inference, offline stages, packing, scale",
     "mosaics": "the Memory Mosaics v2 experiment",
 }
 
@@ -41,6 +41,7 @@ QA = "mlpmem.experiments.qa.cli"
 BENCH = "mlpmem.experiments.bench.cli"
 INFER = "mlpmem.experiments.bench.infer.config:InferBenchConfig"
 OFFLINE = "mlpmem.experiments.bench.offline:OfflineBenchConfig"
+PACKING = "mlpmem.experiments.bench.packing:PackingBenchConfig"
 KNN = "mlpmem.experiments.bench.knn_setup:KnnSetupConfig"
 MOSAICS = "mlpmem.experiments.mosaics.cli"
 MODEL = Arg("--model", choices="mlpmem.experiments.mosaics.cli:MODELS", default="both",
@@ -91,6 +92,13 @@ PIPELINE = [
     Command("ablate", "", f"{STAGES}:ablate", "memory variants of one study, each scored by validation PPL", (
         *RUN, Arg("--study", required=True, choices="mlpmem.experiments.ablation:ALL_STUDIES",
                        help="the study whose variants are trained"))),
+    Command("scale-data", "", "mlpmem.experiments.data_scaling:cmd_scale_data",
+            "quality against corpus size: a run per size, one plot", (
+                _config(), SET, QUIET,
+                Arg("--train-tokens", type=_ints, default="40000,120000,0", metavar="N,N,...",
+                    help="training-split caps, one run each (0: the whole split)"),
+                Arg("--out", dest="out_dir", default="runs/data-scaling",
+                    help="folder of the runs (runs/train-N/) and the report"))),
 ]
 
 EXPERIMENTS = [
@@ -143,6 +151,14 @@ EXPERIMENTS = [
                 Arg("--teacher-queries", type=int, default_from=OFFLINE,
                     help="queries of the full-size fp32 vs bf16 teacher search (0 skips)")),
             aliases=("bench-offline",)),
+    Command("packing", "bench", f"{BENCH}:bench_packing",
+            "key extraction of short documents: packed rows vs one window per row", (
+                Arg("config", nargs="?", default="configs/qa-synthetic.yaml",
+                    help="pipeline config: backbone, windows, datastore batch size, precision"),
+                Arg("--threads", type=int, help="torch threads (default: all cores)"),
+                Arg("--repeats", type=int, default_from=PACKING, help="timed repetitions (after the warm-up)"),
+                Arg("--tokens", type=int, default_from=PACKING, help="synthetic-facts tokens encoded per variant"),
+                Arg("--docs", dest="docs_dir", default_from=PACKING, help="folder of packing.md and packing.json"))),
     Command("scale", "bench", "mlpmem.experiments.bench.scale.run:main_from_args",
             "1 vs N processes, peak RSS against datastore size, resume vs rerun", (
                 Arg("config", nargs="?", default="configs/quick.yaml", help="config whose corpus/backbone to use"),

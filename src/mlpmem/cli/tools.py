@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from mlpmem.corpora import CORPORA, prepare
+from mlpmem.errors import MlpmemError
 from mlpmem.layout import RunLayout
 from mlpmem.reporting.run_report import summary_table, sweep_table
 from mlpmem.utils.shards import read_json
@@ -23,6 +24,11 @@ def prepare_corpus(args: argparse.Namespace) -> None:
 
 def summarize(args: argparse.Namespace) -> None:
     """Print (and with ``--out`` write) the summary table; ``--copy-reports`` copies each run's reports too."""
+    for run_dir in map(Path, args.runs):
+        if not run_dir.is_dir():
+            raise MlpmemError(f"{run_dir} is not a run folder ({'a file' if run_dir.exists() else 'not found'})")
+        if not RunLayout(run_dir).knnlm_results.is_file():
+            raise MlpmemError(f"{run_dir} holds no finished run (no knnlm/results.json): run `mlpmem run` on it first")
     table = summary_table(args.runs)
     print(table)
     if args.out:

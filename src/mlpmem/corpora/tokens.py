@@ -22,7 +22,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from mlpmem.corpora.documents import Document, encode_documents
-from mlpmem.errors import CorruptArtifact
+from mlpmem.errors import ConfigError, CorruptArtifact
+from mlpmem.utils.io import remove_written
 from mlpmem.utils.shards import (
     FSYNC,
     MANIFEST,
@@ -116,7 +117,11 @@ def write_tokens(docs: Iterable[Document], tokenizer, out_dir: Path, settings: d
         manifest = {"format": FORMAT, **settings, "documents": len(offsets) - 1, "tokens": offsets[-1],
                     "files": {"tokens": entry, "offsets": save_array(tmp, "offsets.npy", np.asarray(offsets))}}
         write_json(tmp / MANIFEST, manifest)
-    shutil.rmtree(out_dir, ignore_errors=True)  # a stale cache (different settings) is replaced
+    kept = remove_written(out_dir, lambda name: name in (TOKENS, "offsets.npy", MANIFEST))  # a stale cache
+    if kept:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ConfigError(f"refusing to replace {out_dir}: it holds {', '.join(kept[:3])}, which mlpmem did not "
+                          "write; move them out of it first")
     os.replace(tmp, out_dir)
     return open_tokens(out_dir)
 

@@ -185,7 +185,7 @@ def build_variant_keystores(variant) -> None:
         build_keystore(model, tokenizer, split_tokens(variant, split), folder,
                        layer=cfg.backbone.layer, site=cfg.backbone.site, block_size=cfg.corpus.block_size,
                        stride=cfg.corpus.stride, batch_size=cfg.datastore.batch_size,
-                       batches_per_shard=cfg.datastore.batches_per_shard, with_lm=with_lm,
+                       batches_per_shard=cfg.datastore.batches_per_shard, with_lm=with_lm, pack=cfg.datastore.pack,
                        progress=variant.progress, desc=f"keys {split} ({folder.relative_to(variant.dir)})")
 
 

@@ -16,8 +16,17 @@ from mlpmem.errors import ConfigError
 
 
 def check_lambda(lam: float, name: str = "lambda") -> float:
-    """Return `lam` as a float, or raise a one-line error if it is not in [0, 1]."""
-    lam = float(lam)
+    """Return `lam` as a float, or raise a one-line error if it is not a real number in [0, 1].
+
+    A bool or a string (``True``, ``"0.3"``) is refused rather than converted: it is a caller's mistake.
+    """
+    is_bool = isinstance(lam, bool) or str(getattr(lam, "dtype", "")) in ("bool", "torch.bool")
+    try:
+        if is_bool or isinstance(lam, (str, bytes)) or not hasattr(lam, "__float__"):
+            raise TypeError
+        lam = float(lam)
+    except (TypeError, ValueError, RuntimeError):  # also a tensor of several values
+        raise ConfigError(f"{name} must be a real number in [0, 1], got {lam!r} ({type(lam).__name__})") from None
     if not (0.0 <= lam <= 1.0) or math.isnan(lam):
         raise ConfigError(f"{name} must be in [0, 1], got {lam}")
     return lam

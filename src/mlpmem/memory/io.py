@@ -26,6 +26,7 @@ from mlpmem.backbone import check_fingerprint, fingerprint
 from mlpmem.errors import ConfigError, CorruptArtifact
 from mlpmem.memory.config import MemoryConfig
 from mlpmem.memory.init import tie_to_backbone
+from mlpmem.utils.checksums import verify_weights
 from mlpmem.utils.io import fsync_file, replace_dir
 
 CONFIG_NAME = "config.json"
@@ -75,6 +76,7 @@ def load_memory(
         raise ConfigError(f"memory {directory} has a tied head: pass backbone_model to load it")
     memory = cls(config)
     state = _read_weights(directory / WEIGHTS_NAME)
+    verify_weights(directory / WEIGHTS_NAME, state)
     expected = set(state_to_save(memory))
     if set(state) != expected:
         missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)

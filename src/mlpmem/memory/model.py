@@ -147,16 +147,18 @@ class MLPMemory(nn.Module):
             x = block(x)  # (..., H)
         return self.norm(x)  # (..., H)
 
-    def forward(self, keys: torch.Tensor, head: bool = True) -> torch.Tensor:
-        """Next-token logits (..., V) of p_mem for keys (..., d); with ``head=False`` the features (..., H)
-        (what a fused head + loss takes, called through ``forward`` so that a DDP wrapper sees the call).
-        A corpus head's logits are -inf outside its tokens (see :meth:`to_vocab`)."""
+    def forward(self, keys: torch.Tensor, head: bool = True, full_vocab: bool = True) -> torch.Tensor:
+        """Next-token logits (..., V) of p_mem for keys (..., d); a corpus head's are -inf outside its tokens
+        (see :meth:`to_vocab`), or with ``full_vocab=False`` its own rows' logits (..., V'). With ``head=False``
+        the features (..., H), what a fused head + loss takes. Training calls go through ``forward`` so that a
+        DDP or FSDP wrapper sees them."""
         if self.config.tie_head and not self._tied:
             raise ConfigError("this memory has tie_head=True: call tie_to_backbone(memory, backbone) first")
         x = self.features(keys)  # (..., H)
         if not head:
             return x
-        return self.to_vocab(self.head(x.to(self.head.weight.dtype)))  # (..., V)
+        logits = self.head(x.to(self.head.weight.dtype))  # (..., V')
+        return self.to_vocab(logits) if full_vocab else logits
 
     def set_head_vocab(self, vocab_ids: torch.Tensor) -> None:
         """Set the token ids of a corpus head's rows (sorted, unique, ``head_vocab_size`` of them), before the

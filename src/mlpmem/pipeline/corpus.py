@@ -24,7 +24,7 @@ from mlpmem.corpora.tokens import TokenDocs, is_current, open_tokens, write_toke
 from mlpmem.errors import ConfigError, CorpusError
 from mlpmem.pipeline.run import Run
 from mlpmem.utils.distributed import current
-from mlpmem.utils.shards import read_json, write_json
+from mlpmem.utils.shards import read_json, temporary, write_json
 
 
 @dataclass
@@ -59,7 +59,9 @@ def corpus_folder(run: Run) -> Path:
     cfg = run.cfg.corpus
     if cfg.name is not None:
         return prepare(cfg.name, seed=run.cfg.seed, **cfg.options)
-    path = Path(cfg.path)
+    path = Path(cfg.path).expanduser()
+    if not path.exists():
+        raise CorpusError(f"corpus.path {cfg.path} not found (a text/JSONL file or a folder of them)")
     if path.is_dir() and all((path / f"{s}.jsonl").is_file() for s in SPLITS):
         return path
     return split_by_document(path, cfg, run.layout.corpus, run.cfg.seed)
@@ -93,7 +95,7 @@ def split_by_document(path: Path, cfg: CorpusConfig, out: Path, seed: int) -> Pa
     split_of = np.zeros(n, dtype=np.int8)  # 0 train, 1 validation, 2 test
     split_of[order[:n_val]], split_of[order[n_val : n_val + n_test]] = 1, 2
     out.mkdir(parents=True, exist_ok=True)
-    tmp = {s: out / f"{s}.jsonl.tmp" for s in ("train", "validation", "test")}
+    tmp = {s: temporary(out / f"{s}.jsonl") for s in ("train", "validation", "test")}
     with contextlib.ExitStack() as stack:
         files = [stack.enter_context(open(tmp[s], "w", encoding="utf-8")) for s in ("train", "validation", "test")]
         for i, doc in enumerate(iter_documents(path)):

@@ -17,6 +17,7 @@ from mlpmem.inference.perplexity import best_lambda, lambda_curve, perplexity, t
 from mlpmem.memory import MLPMemory
 from mlpmem.memory.vocab import covered_perplexity
 from mlpmem.pipeline.corpus import split_tokens
+from mlpmem.pipeline.knnlm import open_neighbours
 from mlpmem.pipeline.train import eval_data
 from mlpmem.reporting.run_report import write_run_report
 from mlpmem.teacher import aggregate_by_token, exclude_and_weight
@@ -58,9 +59,8 @@ def distribution_stats(run, memory, num_positions: int = 1024) -> dict:
     p_lm = torch.cat(lm_rows)[:num_positions]  # (n, V)
     p_mem = torch.softmax(memory(torch.cat(key_rows)[:num_positions]), -1)  # (n, V)
     knn = read_json(run.layout.knnlm_results, "knnlm results")["chosen"]
-    dists = np.load(run.layout.neighbours("test") / "dists.npy", mmap_mode="r")[:num_positions, : knn["k"]]
-    nbr = np.load(run.layout.neighbours("test") / "ids.npy", mmap_mode="r")[:num_positions, : knn["k"]]
-    values = KeyStore(run.layout.datastore, verify=False).array("values")
+    dists, nbr = (a[:num_positions] for a in open_neighbours(run.layout.neighbours("test"), knn["k"]))
+    values = KeyStore(run.layout.datastore).array("values")
     w = exclude_and_weight(torch.from_numpy(np.array(dists)), torch.from_numpy(np.array(nbr)), None, knn["k"],
                            knn["temperature"])
     _, p_knn = aggregate_by_token(torch.from_numpy(values[np.clip(nbr, 0, None)].astype(np.int64)), w, knn["k"])

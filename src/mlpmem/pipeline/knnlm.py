@@ -2,14 +2,17 @@
 
 Evaluation queries (validation/test keys) search the training datastore once for their ``k_max``
 nearest neighbours; the neighbour lists (distances, next tokens) are cached, so the sweep over k
-(a prefix of the list), T and λ needs no further search. Settings are chosen on validation and
-applied unchanged to test.
+(a prefix of the list), T and λ needs no further search. The cache records the checksums of its
+files, verified by every reader (:func:`open_neighbours`), and what it was searched from (the
+datastore, the queries, the index): it is searched again when any of them changed. Settings are
+chosen on validation and applied unchanged to test.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,13 +24,13 @@ from tqdm.auto import tqdm
 from mlpmem.backbone import check_fingerprint
 from mlpmem.config import Config
 from mlpmem.datastore import KeyStore
-from mlpmem.errors import ConfigError, CorpusError, FingerprintMismatch
+from mlpmem.errors import ConfigError, CorpusError, CorruptArtifact, FingerprintMismatch
 from mlpmem.index import IndexConfig, build_index
 from mlpmem.inference.mixing import check_lambda, mix_log_probs
 from mlpmem.inference.perplexity import perplexity
 from mlpmem.pipeline.run import Run
 from mlpmem.utils.runtime import set_threads
-from mlpmem.utils.shards import read_json, save_array, write_json
+from mlpmem.utils.shards import MANIFEST, load_array, read_json, save_array, sha256_file, write_json
 
 
 @dataclass
@@ -52,21 +55,68 @@ class KnnLMConfig(Config):
         return max(self.k_grid)
 
 
-def search_neighbours(index, queries: KeyStore, k: int, out_dir: Path, batch: int = 512, progress=True):
-    """Neighbour lists of every query row: dists fp32 ``(n, k)``, datastore ids int64 ``(n, k)``; cached."""
+NEIGHBOURS = "neighbours.json"
+
+
+def neighbour_inputs(store: KeyStore, queries: KeyStore, index_cfg: IndexConfig | None) -> dict:
+    """What a split's neighbour lists depend on: the datastore and the queries (their manifests, which hold every
+    shard's checksum) and the index searched (``exact`` or its settings)."""
+    return {"datastore": sha256_file(store.path / MANIFEST), "queries": sha256_file(queries.path / MANIFEST),
+            "index": "exact" if index_cfg is None else index_cfg.settings()}
+
+
+def open_neighbours(out_dir: str | Path, k: int | None = None, verify: bool = True):
+    """The cached neighbour lists of one split, memory-mapped and checked against their recorded checksums:
+    dists fp32 ``(n, k)`` and datastore ids int64 ``(n, k)`` (the first ``k`` of each row; all if None)."""
     out_dir = Path(out_dir)
-    meta = out_dir / "neighbours.json"
-    if meta.exists() and read_json(meta, "neighbours")["k"] >= k:
-        return np.load(out_dir / "dists.npy", mmap_mode="r")[:, :k], np.load(out_dir / "ids.npy", mmap_mode="r")[:, :k]
+    what = f"kNN-LM neighbour lists {out_dir}"
+    meta = read_json(out_dir / NEIGHBOURS, what)
+    files = meta.get("files")
+    if not isinstance(files, dict) or set(files) != {"dists", "ids"}:
+        raise CorruptArtifact(f"{what} carry no checksums (an older mlpmem wrote them): rerun `mlpmem knnlm CONFIG`")
+    if k is not None and meta["k"] < k:
+        raise CorruptArtifact(f"{what} hold {meta['k']} neighbours per query, not {k}: rerun `mlpmem knnlm CONFIG`")
+    redo = "search them again with `mlpmem knnlm CONFIG --rebuild`"
+    dists, ids = (load_array(out_dir, files[name], verify, what, redo) for name in ("dists", "ids"))
+    return dists[:, :k], ids[:, :k]
+
+
+def cached_neighbours(out_dir: Path, k: int, inputs: dict):
+    """The cached lists if they were searched from ``inputs`` with at least ``k`` neighbours and verify, else None
+    (a damaged cache is said so, then searched again)."""
+    path = out_dir / NEIGHBOURS
+    if not path.is_file():
+        return None
+    meta = read_json(path, f"kNN-LM neighbour lists {out_dir}")
+    if meta.get("inputs") != inputs or meta.get("k", 0) < k or "files" not in meta:
+        return None
+    try:
+        return open_neighbours(out_dir, k)
+    except CorruptArtifact as exc:
+        print(f"note: {str(exc).split('; ')[0]}: searching them again", file=sys.stderr)
+        return None
+
+
+def search_neighbours(index, queries: KeyStore, k: int, out_dir: Path, batch: int = 512, progress=True,
+                      inputs: dict | None = None):
+    """Neighbour lists of every query row: dists fp32 ``(n, k)``, datastore ids int64 ``(n, k)``; cached with
+    their checksums and ``inputs`` (:func:`neighbour_inputs`), reused only while both hold."""
+    out_dir, inputs = Path(out_dir), inputs or {}
+    cached = cached_neighbours(out_dir, k, inputs)
+    return cached if cached is not None else _search(index, queries, k, out_dir, batch, progress, inputs)
+
+
+def _search(index, queries: KeyStore, k: int, out_dir: Path, batch: int, progress: bool, inputs: dict):
     out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / NEIGHBOURS).unlink(missing_ok=True)  # the lists below are no longer the recorded ones
     keys = queries.array("keys")
     dists, ids = np.empty((len(keys), k), np.float32), np.empty((len(keys), k), np.int64)
     for b in tqdm(range(0, len(keys), batch), desc=f"kNN search {queries.path.name}", disable=not progress,
                   dynamic_ncols=True):
         dists[b : b + batch], ids[b : b + batch] = index.search(np.asarray(keys[b : b + batch], np.float32), k)
-    save_array(out_dir, "dists.npy", dists)
-    save_array(out_dir, "ids.npy", ids)
-    write_json(meta, {"k": k, "queries": str(queries.path), "rows": len(keys)})
+    files = {"dists": save_array(out_dir, "dists.npy", dists), "ids": save_array(out_dir, "ids.npy", ids)}
+    write_json(out_dir / NEIGHBOURS, {"k": k, "queries": str(queries.path), "rows": len(keys), "inputs": inputs,
+                                      "files": files})
     return dists, ids
 
 
@@ -120,25 +170,29 @@ def best(rows: list[dict]) -> dict:
     return min(finite, key=lambda r: (r["ppl"], r["lambda"]))
 
 
-def stage_knnlm(run: Run) -> dict:
-    """Search eval queries once, sweep (k, T, λ) on validation, apply the best to test."""
+def stage_knnlm(run: Run, rebuild: bool = False) -> dict:
+    """Search eval queries once (``rebuild``: again), sweep (k, T, λ) on validation, apply the best to test."""
     set_threads()
     cfg = run.cfg.knnlm
     store = KeyStore(run.layout.datastore)
     if cfg.k_max > store.num_rows:
         raise CorpusError(f"knnlm k={cfg.k_max} is larger than the datastore ({store.num_rows} keys)")
+    index_cfg = None if cfg.exact else run.cfg.teacher.index
     index = None
     splits = {}
     for split in ("validation", "test"):
         queries = KeyStore(run.layout.keystore(split))
         _check_same_keys(store, queries)
         t0 = time.perf_counter()
-        cached = (run.layout.neighbours(split) / "neighbours.json").exists()
+        folder, inputs = run.layout.neighbours(split), neighbour_inputs(store, queries, index_cfg)
+        if rebuild:
+            (folder / NEIGHBOURS).unlink(missing_ok=True)
+        found = cached_neighbours(folder, cfg.k_max, inputs)
+        cached = found is not None
         if not cached:
-            index_cfg = IndexConfig(kind="exact") if cfg.exact else run.cfg.teacher.index
-            index = index or build_index(store, index_cfg)
-        dists, ids = search_neighbours(index, queries, cfg.k_max, run.layout.neighbours(split), cfg.query_batch,
-                                             run.progress)
+            index = index or build_index(store, index_cfg or IndexConfig(kind="exact"))
+            found = _search(index, queries, cfg.k_max, folder, cfg.query_batch, run.progress, inputs)
+        dists, ids = found
         if not cached:  # a reused neighbour list is not a measurement
             run.record_timing(f"knn_search_{split}", queries=queries.num_rows, seconds=time.perf_counter() - t0)
         splits[split] = EvalSplit.load(queries, dists, ids, store.array("values"))

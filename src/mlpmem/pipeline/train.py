@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +11,7 @@ import torch
 
 from mlpmem.backbone import decoder_layers
 from mlpmem.datastore import KeyStore
-from mlpmem.layout import RunLayout
+from mlpmem.layout import RunLayout, is_train_written
 from mlpmem.memory import MemoryConfig, MLPMemory, init_from_backbone, init_identity, tie_to_backbone
 from mlpmem.memory.vocab import corpus_vocabulary, index_of
 from mlpmem.pipeline.run import Run
@@ -22,6 +21,7 @@ from mlpmem.training.data import EvalData, TrainData
 from mlpmem.training.flops import train_flops_per_token
 from mlpmem.training.loop import train_memory
 from mlpmem.training.selection import tokens_seen
+from mlpmem.utils.io import remove_written
 from mlpmem.utils.runtime import set_threads
 
 
@@ -73,7 +73,7 @@ def stage_train(run: Run, rebuild: bool = False, out: Path | None = None) -> dic
     out = run.path(os.path.relpath(out, run.dir)) if out is not None else run.dir  # never outside the run
     layout = RunLayout(out)  # the run's own, or an ablation variant's train/ and memory/
     if rebuild and run.is_main:
-        shutil.rmtree(layout.train, ignore_errors=True)
+        remove_written(layout.train, is_train_written)
     store = KeyStore(run.layout.datastore)
     store.check_backbone(*run.backbone)
     teacher = TeacherStore(run.layout.teacher, datastore=store)

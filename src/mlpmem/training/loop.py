@@ -137,15 +137,13 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
 def batch_loss(model: torch.nn.Module, memory: MLPMemory, batch: dict, cfg: TrainConfig, fused: bool):
     """The batch's hybrid loss and its parts; ``model`` is the (possibly wrapped) ``memory``."""
     teacher = (batch["teacher_ids"], batch["teacher_probs"], batch["teacher_residual"], batch["targets"])
-    head = memory.head  # token ids in ``batch`` are its rows (a corpus head scores only its tokens)
     with autocast(model, cfg.precision):  # not accelerate's mixed_precision: that is fixed per process
-        features = model(batch["keys"], head=False)  # (B, H)
-        if not fused:
-            logits = head(features.to(head.weight.dtype))  # (B, V')
-    if not fused:
-        return sparse_hybrid_loss(logits, *teacher, cfg.alpha, cfg.loss_chunk)
+        out = model(batch["keys"], head=not fused, full_vocab=False)  # (B, H) features, or (B, V') head logits
+    if not fused:  # token ids in ``batch`` are head rows (a corpus head scores only its tokens)
+        return sparse_hybrid_loss(out, *teacher, cfg.alpha, cfg.loss_chunk)
+    head = memory.head
     dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float32
-    return fused_head_loss(features.float(), head.weight, head.bias, *teacher, cfg.alpha,
+    return fused_head_loss(out.float(), head.weight, head.bias, *teacher, cfg.alpha,
                            chunk_size=cfg.loss_chunk or FUSED_CHUNK, compute_dtype=dtype)
 
 

@@ -14,8 +14,9 @@ shard it was writing, and a rerun with any number of processes resumes from what
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,12 +121,44 @@ def merge_records(out_dir: Path, manifest: dict, num_shards: int, what: str) -> 
     return manifest
 
 
+SHARD = re.compile(r"^[a-z]+-\d{5}\.npy$")
+"""The names of shard files (``keys-00012.npy``): mlpmem's own, listed in a manifest or not."""
+INDEX = "index"
+"""The sub-folder of a teacher holding its FAISS index (:func:`mlpmem.index.open_or_build`)."""
+
+
+def remove_build(out_dir: Path) -> None:
+    """Delete what a sharded build wrote in ``out_dir`` (its manifest and records, the shards they list, shard-named
+    files, temporaries, its index folder), never anything else: a file the user put there stays, with its folder."""
+    out_dir = Path(out_dir)
+    if not out_dir.is_dir():
+        return
+    listed = {MANIFEST}
+    if (out_dir / MANIFEST).is_file():
+        with contextlib.suppress(CorruptArtifact, KeyError, TypeError, AttributeError):
+            manifest = read_json(out_dir / MANIFEST, f"manifest {out_dir}")
+            listed |= {entry["name"] for shard in manifest["shards"] for entry in shard["files"].values()}
+    for path in out_dir.iterdir():
+        ours = path.name in listed or SHARD.match(path.name) or path.name.startswith("part-") or path.suffix == ".tmp"
+        if path.is_file() and ours:
+            path.unlink()
+    index = out_dir / INDEX
+    if index.is_dir():
+        for path in index.iterdir():
+            if path.is_file() and (path.name in ("index.faiss", "index.json") or path.suffix == ".tmp"):
+                path.unlink()
+        with contextlib.suppress(OSError):
+            index.rmdir()
+    with contextlib.suppress(OSError):
+        out_dir.rmdir()  # only when nothing else is left
+
+
 def open_build(out_dir: Path, settings: dict, fresh: dict, rebuild: bool, dist: Dist, what: str) -> dict:
-    """Process 0 prepares ``out_dir`` (wipes it on rebuild, drops temporaries, checks or writes the manifest);
-    then every process reads the manifest."""
+    """Process 0 prepares ``out_dir`` (on rebuild removes what the previous build wrote, drops temporaries,
+    checks or writes the manifest); then every process reads the manifest."""
     if dist.is_main:
         if rebuild:
-            shutil.rmtree(out_dir, ignore_errors=True)
+            remove_build(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         clean_temporaries(out_dir)
         resume_manifest(out_dir, settings, what, fresh)

@@ -1,10 +1,11 @@
-"""Files: the cache root, atomic writes and swaps, checksums, JSON Lines, folder sizes."""
+"""Files: the cache root, atomic writes and swaps, removing only what mlpmem wrote, JSON Lines, folder sizes."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -27,6 +28,25 @@ def replace_dir(tmp: Path, target: Path, old: Path) -> None:
         target.rename(old)
     tmp.rename(target)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def remove_written(folder: Path, is_written: Callable[[str], bool]) -> list[str]:
+    """Delete the entries of ``folder`` whose names ``is_written`` says mlpmem wrote (folders whole), then
+    ``folder`` itself if nothing else is left; return the names kept (the user's own files)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    kept = []
+    for path in sorted(folder.iterdir()):
+        if not is_written(path.name):
+            kept.append(path.name)
+        elif path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    if not kept:
+        folder.rmdir()
+    return kept
 
 
 def read_jsonl(path: str | Path) -> list[dict]:

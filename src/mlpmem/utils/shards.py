@@ -1,7 +1,8 @@
 """Sharded, memory-mapped arrays with a JSON manifest: atomic writes, checksums, resumable builds.
 
 An artifact folder holds ``manifest.json`` and ``.npy`` shard files. Every file is written under a
-temporary name and renamed when complete, and the manifest (rewritten atomically after each shard)
+temporary name unique to the writing process (``<name>.<pid>.tmp``) and renamed when complete, and the
+manifest (rewritten atomically after each shard)
 records each shard's rows and sha256, so a killed build resumes from the last complete shard and a
 truncated or bit-flipped shard is detected when the artifact is opened.
 """
@@ -14,6 +15,7 @@ import hashlib
 import json
 import mmap
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -26,6 +28,22 @@ FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 FSYNC = os.environ.get("MLPMEM_FSYNC", "1") != "0"
 """fsync every file before its rename (survives power loss; a killed process needs only the rename).
 ``MLPMEM_FSYNC=0`` skips it, e.g. for tests on a busy disk."""
+
+
+REBUILD_HINT = "rebuild it with --rebuild"
+"""How a damaged artifact is repaired: the stage's command with ``--rebuild``."""
+_TMP = re.compile(r"(\.\d+)?\.tmp$")
+
+
+def temporary(path: Path) -> Path:
+    """The name ``path`` is written under before its rename: unique to this process, so two writers never
+    share a temporary file."""
+    return path.with_name(f"{path.name}.{os.getpid()}.tmp")
+
+
+def committed(tmp: Path) -> Path:
+    """The final path of a temporary of :func:`temporary` (or of an older ``<name>.tmp``)."""
+    return tmp.with_name(_TMP.sub("", tmp.name))
 
 
 class DiskFull(MlpmemError):
@@ -43,7 +61,7 @@ def writing(tmp: Path):
         short = isinstance(exc, OSError) and exc.errno is None and "written" in str(exc)  # numpy's short write
         if isinstance(exc, OSError) and (exc.errno in FULL or short):
             cause = os.strerror(exc.errno) if exc.errno else str(exc)
-            raise DiskFull(f"disk full while writing {tmp.parent}/{tmp.name.removesuffix('.tmp')} "
+            raise DiskFull(f"disk full while writing {committed(tmp)} "
                            f"({cause}): free space and rerun, finished work is kept") from None
         raise
 
@@ -57,7 +75,7 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = temporary(path)
     with writing(tmp), open(tmp, "wb") as f:
         f.write(data)
         f.flush()
@@ -82,7 +100,7 @@ def read_json(path: Path, what: str) -> dict:
 def save_array(folder: Path, name: str, array: np.ndarray) -> dict:
     """Write ``array`` to ``folder/name`` atomically; return ``{"name", "sha256", "shape", "dtype"}``."""
     path = folder / name
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = temporary(path)
     with writing(tmp), open(tmp, "wb") as f:
         np.save(f, np.ascontiguousarray(array), allow_pickle=False)
         f.flush()
@@ -92,19 +110,21 @@ def save_array(folder: Path, name: str, array: np.ndarray) -> dict:
     return {"name": name, "sha256": sha256_file(path), "shape": list(array.shape), "dtype": str(array.dtype)}
 
 
-def load_array(folder: Path, entry: dict, verify: bool, what: str) -> np.ndarray:
-    """Memory-map one shard file recorded by :func:`save_array`, checking size/shape and (optionally) sha256."""
+def load_array(folder: Path, entry: dict, verify: bool, what: str, hint: str = REBUILD_HINT) -> np.ndarray:
+    """Memory-map one shard file recorded by :func:`save_array`, checking size/shape and (optionally) sha256;
+    a failed check says how to repair it (``hint``)."""
     path = Path(folder) / entry["name"]
     if not path.is_file():
-        raise CorruptArtifact(f"{what}: shard {path.name} is missing")
+        raise CorruptArtifact(f"{what}: shard {path.name} is missing; {hint}")
     if verify and sha256_file(path) != entry["sha256"]:
-        raise CorruptArtifact(f"{what}: shard {path.name} fails its checksum (truncated or corrupted)")
+        raise CorruptArtifact(f"{what}: shard {path.name} fails its checksum (truncated or corrupted); {hint}")
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError):
-        raise CorruptArtifact(f"{what}: shard {path.name} is truncated or not a .npy file") from None
+        raise CorruptArtifact(f"{what}: shard {path.name} is truncated or not a .npy file; {hint}") from None
     if list(array.shape) != entry["shape"] or str(array.dtype) != entry["dtype"]:
-        raise CorruptArtifact(f"{what}: shard {path.name} has shape {array.shape}, expected {entry['shape']}")
+        raise CorruptArtifact(f"{what}: shard {path.name} has shape {array.shape}, expected {entry['shape']}; "
+                              f"{hint}")
     return array
 
 

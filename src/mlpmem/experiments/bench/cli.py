@@ -1,6 +1,7 @@
-"""The commands ``mlpmem bench infer`` and ``mlpmem bench offline`` (declared in :mod:`mlpmem.cli.table`).
+"""The commands ``mlpmem bench infer``, ``offline`` and ``packing`` (declared in :mod:`mlpmem.cli.table`).
 
-An option left out is ``None`` and keeps the default of ``InferBenchConfig`` / ``OfflineBenchConfig``.
+An option left out is ``None`` and keeps the default of ``InferBenchConfig`` / ``OfflineBenchConfig`` /
+``PackingBenchConfig``.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from mlpmem.experiments.bench import offline
+from mlpmem.experiments.bench import offline, packing
 from mlpmem.experiments.bench.infer import run as infer
 from mlpmem.experiments.bench.infer.config import InferBenchConfig
 from mlpmem.experiments.bench.knn_setup import KnnSetupConfig
@@ -38,3 +39,8 @@ def bench_infer(args: argparse.Namespace) -> None:
 def bench_offline(args: argparse.Namespace) -> None:
     values = _given(args, ("threads", "repeats", "out_dir", "train_tokens", "train_steps", "teacher_queries"))
     offline.main(args.config, offline.OfflineBenchConfig(**values), progress=not args.quiet)
+
+
+def bench_packing(args: argparse.Namespace) -> None:
+    values = _given(args, ("threads", "repeats", "tokens", "docs_dir"))
+    packing.main(args.config, packing.PackingBenchConfig(**values))

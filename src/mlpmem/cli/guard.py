@@ -1,0 +1,40 @@
+"""The CLI's guard: every failure is one line on stderr and an exit status that says which kind.
+
+An :class:`~mlpmem.errors.MlpmemError` is the user's to fix and already names its cause. Anything else is
+unexpected (a bug, or a failure mlpmem does not yet explain): the line says what failed, where (the innermost
+frame of mlpmem's own code), and how to get the full traceback (``--debug``).
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+EXIT_CODES = {"ok": 0, "unexpected": 1, "error": 2, "busy": 3, "interrupted": 130}
+"""0 done; 1 an unexpected failure (a bug: rerun with --debug and report it); 2 a usage, configuration, input or
+artifact error; 3 the run folder is locked by another live command; 130 interrupted (Ctrl-C)."""
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line (a multi-line message from a library is joined)."""
+    return " ".join(part.strip() for part in message.splitlines() if part.strip()) or "(no message)"
+
+
+def where(exc: BaseException) -> str:
+    """``file.py:line in function`` of the innermost frame inside the mlpmem package (else the innermost)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "?"
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    own = [f for f in frames if os.path.abspath(f.filename).startswith(package)]
+    frame = (own or frames)[-1]
+    return f"{os.path.relpath(frame.filename, os.path.dirname(package))}:{frame.lineno} in {frame.name}"
+
+
+def unexpected(exc: BaseException, command: str) -> str:
+    """The one line of an unexpected failure of ``command``."""
+    detail = one_line(str(exc))
+    if len(detail) > 300:
+        detail = detail[:297] + "..."
+    return (f"`mlpmem {command}` failed: {type(exc).__name__}: {detail} (at {where(exc)}); this is not a known "
+            "input error: rerun with --debug for the traceback and report it")

@@ -1,0 +1,212 @@
+"""What every stage of a run folder was built from: ``stages/<stage>.json``, checked before the stage is reused.
+
+A record holds the stage's *inputs*: every configuration value its artifacts depend on (its own section and
+those of the stages upstream, as dotted keys such as ``train.lr``; the teacher's temperature as the one it
+used, possibly chosen by the kNN-LM sweep), plus, for the evaluation, the checksum of the memory it scored.
+Before a stage runs, the records of the stages it reads and its own are compared with the inputs the
+configuration gives now:
+
+- the datastore, the teacher and the memory are costly work the user may want: a changed input is refused
+  with one line naming the setting, its recorded and its new value, and the command that rebuilds the stage;
+  ``--rebuild`` of that stage replaces it;
+- the kNN-LM sweep and the evaluation are always recomputed (the neighbour lists they reuse check their own
+  inputs, :func:`mlpmem.pipeline.knnlm.search_neighbours`), so their records only tell readers (``generate``,
+  ``report``) whether ``results.json`` is the current memory's.
+
+A key missing from a record (one added to the configuration after the record was written) is not compared;
+a stage without a record (a folder from before records, or a stage killed before it finished) is checked by
+its artifacts' own manifests and recorded once it completes. The memory's record also writes the checksums
+of its files (:mod:`mlpmem.utils.checksums`), verified whenever it is loaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from safetensors import safe_open
+
+from mlpmem.errors import CorruptArtifact, StaleArtifact
+from mlpmem.pipeline.knnlm import open_neighbours
+from mlpmem.pipeline.run import Run
+from mlpmem.pipeline.teacher import teacher_config
+from mlpmem.utils.checksums import check_finite, record_folder, recorded, verify_folder
+from mlpmem.utils.shards import read_json, write_json
+
+FORMAT = "mlpmem.stage/1"
+MEMORY_FILES = ("config.json", "model.safetensors")
+
+OWN = {"datastore": ("seed", "backbone", "corpus", "datastore"), "knnlm": ("knnlm",),
+       "teacher": ("teacher", "teacher_temperature_from_knnlm"), "train": ("memory", "train"), "eval": ()}
+"""The configuration sections (or top-level keys) each stage's own artifacts depend on."""
+UPSTREAM = {"datastore": (), "knnlm": ("datastore",), "teacher": ("datastore",), "train": ("teacher",),
+            "eval": ("train", "knnlm")}
+"""The stages whose artifacts each stage reads."""
+RUNTIME = frozenset({"train.sharding", "teacher.query_batch", "knnlm.query_batch"})
+"""Keys that change how a stage runs, not what it computes."""
+KEPT = ("datastore", "teacher", "train")
+"""Stages whose changed inputs are refused (their work is kept) rather than recomputed."""
+
+WHAT = {"datastore": "the datastore", "teacher": "the teacher", "train": "the memory",
+        "knnlm": "the kNN-LM results", "eval": "results.json"}
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested dict as ``{"a.b": leaf}`` (lists are leaves)."""
+    if not isinstance(value, dict):
+        return {prefix: value}
+    out = {}
+    for key, item in value.items():
+        out.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def own_inputs(run: Run, stage: str) -> dict[str, Any]:
+    """The configuration values ``stage`` itself depends on (not its upstream's)."""
+    config = run.cfg.to_dict()
+    if stage == "teacher":
+        config["teacher"] = dataclasses.asdict(teacher_config(run))  # the temperature it uses
+    if stage == "eval":
+        files = recorded(run.layout.memory) or {}
+        return {"memory.sha256": files.get("model.safetensors")}
+    flat = {}
+    for section in OWN[stage]:
+        flat.update(flatten(config[section], section))
+    return {k: v for k, v in flat.items() if k not in RUNTIME}
+
+
+def inputs(run: Run, stage: str) -> dict[str, Any]:
+    """Everything ``stage`` was built from: its own inputs and, recursively, its upstream stages'."""
+    out = {}
+    for up in UPSTREAM[stage]:
+        out.update(inputs(run, up))
+    out.update(own_inputs(run, stage))
+    return json.loads(json.dumps(out))  # as a record reads back (tuples are lists)
+
+
+def read_record(run: Run, stage: str) -> dict | None:
+    path = run.layout.record(stage)
+    if not path.is_file():
+        return None
+    record = read_json(path, f"record of the {stage} stage")
+    if record.get("format") != FORMAT or not isinstance(record.get("inputs"), dict):
+        raise CorruptArtifact(f"{path} is not a stage record: delete it, the stage is checked by its manifests")
+    return record
+
+
+def changes(recorded_inputs: dict, wanted: dict) -> list[tuple[str, Any, Any]]:
+    """``(key, recorded, now)`` for every key both know whose value differs."""
+    return [(k, recorded_inputs[k], v) for k, v in wanted.items() if k in recorded_inputs and recorded_inputs[k] != v]
+
+
+def is_current(run: Run, stage: str) -> bool:
+    """Whether ``stage`` has a record and it matches what the configuration gives now."""
+    record = read_record(run, stage)
+    return record is not None and not changes(record["inputs"], inputs(run, stage))
+
+
+def hint(run: Run, stage: str) -> str:
+    """How to bring a stale ``stage`` up to date."""
+    config = run.config_file or "CONFIG"
+    if stage == "datastore":
+        return f"rebuild the run with `mlpmem run {config} --rebuild`, or set run_dir to a new folder"
+    if stage in KEPT:
+        verb = "retrain" if stage == "train" else "rebuild"
+        return f"{verb} it with `mlpmem {stage} {config} --rebuild`, or set run_dir to a new folder"
+    return f"run `mlpmem {'eval' if stage == 'eval' else 'knnlm'} {config}`"
+
+
+def check(run: Run, stage: str) -> None:
+    """Raise a one-line :class:`StaleArtifact` if ``stage``'s record disagrees with the configuration."""
+    record = read_record(run, stage)
+    if record is None:
+        return
+    diff = changes(record["inputs"], inputs(run, stage))
+    if diff:
+        key, old, new = diff[0]
+        more = f" (and {len(diff) - 1} more setting{'s' * (len(diff) > 2)})" if len(diff) > 1 else ""
+        built = "trained" if stage == "train" else "computed" if stage in ("knnlm", "eval") else "built"
+        was = "were" if stage == "knnlm" else "was"
+        raise StaleArtifact(f"{WHAT[stage]} in {run.dir} {was} {built} with {key}={old!r}, but the configuration "
+                            f"now gives {key}={new!r}{more}: {hint(run, stage)}")
+
+
+def check_upstream(run: Run, stage: str) -> None:
+    """Check the records of every stage ``stage`` reads, the earliest first (its hint is the one to follow)."""
+    seen: list[str] = []
+
+    def visit(name: str) -> None:
+        for up in UPSTREAM[name]:
+            visit(up)
+            if up not in seen:
+                seen.append(up)
+
+    visit(stage)
+    for up in seen:
+        check(run, up)
+
+
+def forget(run: Run, stage: str) -> None:
+    """Drop ``stage``'s record before the stage rewrites its artifacts (a kill leaves no false record)."""
+    if run.is_main:
+        run.layout.record(stage).unlink(missing_ok=True)
+        if stage == "train":
+            run.layout.memory_checksums.unlink(missing_ok=True)
+
+
+def record(run: Run, stage: str) -> dict:
+    """Write ``stage``'s record now that it has completed (the memory: after checking and checksumming it)."""
+    if not run.is_main:  # process 0 saved the memory and writes every record
+        return {}
+    if stage == "train":
+        record_memory(run.layout.memory)
+    entry = {"format": FORMAT, "stage": stage, "inputs": inputs(run, stage)}
+    run.layout.record(stage).parent.mkdir(exist_ok=True)
+    write_json(run.layout.record(stage), entry)
+    return entry
+
+
+def check_memory_values(folder: Path) -> None:
+    """Refuse a memory whose weights are unreadable or hold NaN/Inf (a diverged training, a damaged file)."""
+    weights = folder / "model.safetensors"
+    try:
+        with safe_open(str(weights), framework="pt") as handle:
+            tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+    except Exception as exc:  # safetensors raises its own error types for bad headers and truncation
+        raise CorruptArtifact(f"{weights}: unreadable safetensors file ({str(exc).splitlines()[0]})") from None
+    check_finite(tensors, str(weights))
+
+
+def record_memory(folder: Path) -> dict[str, str]:
+    """Check the values of a freshly trained memory, then record its files' checksums."""
+    check_memory_values(folder)
+    return record_folder(folder, MEMORY_FILES)
+
+
+def verify_memory(run: Run) -> None:
+    """The memory of the run exists, its files match their recorded checksums and its weights are finite (before
+    any reader loads it)."""
+    folder = run.layout.memory
+    if not (folder / "config.json").is_file():
+        raise CorruptArtifact(f"the run {run.dir} has no trained memory: run `mlpmem train "
+                              f"{run.config_file or 'CONFIG'}` first")
+    verify_folder(folder, f"memory {folder}")
+    check_memory_values(folder)
+
+
+def verify_evaluation_inputs(run: Run) -> None:
+    """Before an evaluation: the memory and the cached kNN-LM neighbour lists match their checksums."""
+    verify_memory(run)
+    for split in ("validation", "test"):
+        open_neighbours(run.layout.neighbours(split))
+
+
+def results_match_memory(run: Run) -> bool:
+    """Whether ``results.json`` was computed for the memory now in the run (by the memory's checksum; a run
+    without records is taken as it is)."""
+    record = read_record(run, "eval")
+    if record is None:
+        return True
+    return record["inputs"].get("memory.sha256") == own_inputs(run, "eval")["memory.sha256"]

@@ -1,0 +1,38 @@
+"""scale-data: nested training caps, one run each, one report (on the tiny preset)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers.corpus import write_corpus
+from helpers.paths import ROOT
+from mlpmem.errors import ConfigError
+from mlpmem.experiments.data_scaling import DataScalingConfig, run_scaling, size_config
+from mlpmem.pipeline.config import PipelineConfig
+
+
+def test_size_config_caps_only_the_training_split(tmp_path):
+    base = PipelineConfig.from_yaml(ROOT / "configs/quick.yaml")
+    capped = size_config(base, 1000, tmp_path)
+    assert capped.corpus.max_tokens == {**base.corpus.max_tokens, "train": 1000}
+    assert capped.run_dir == str(tmp_path / "runs" / "train-1000")
+    whole = size_config(base, 0, tmp_path)
+    assert "train" not in whole.corpus.max_tokens and whole.run_dir.endswith("train-all")
+    with pytest.raises(ConfigError, match="train_tokens"):
+        DataScalingConfig(train_tokens=[1])
+
+
+def test_two_sizes_end_to_end(tmp_path, tiny_backbone_dir):
+    corpus = write_corpus(tmp_path / "corpus", 16)
+    overrides = [f"backbone.name={tiny_backbone_dir}", f"corpus.path={corpus}", "train.epochs=1"]
+    cfg = DataScalingConfig(train_tokens=[0, 300], out_dir=str(tmp_path / "scaling"))
+    results = run_scaling(str(ROOT / "configs/tiny.yaml"), cfg, overrides, progress=False)
+    sizes = [r["train_tokens"] for r in results["sizes"]]
+    assert len(sizes) == 2 and sizes[0] < sizes[1]  # the capped run first, then the whole split
+    assert sizes[0] <= 300
+    saved = json.loads((tmp_path / "scaling" / "results.json").read_text())
+    assert saved["sizes"][1]["joint_over_backbone"] == results["sizes"][1]["joint_over_backbone"]
+    assert (tmp_path / "scaling" / "data_scaling.png").stat().st_size > 1000
+    assert "training tokens" in (tmp_path / "scaling" / "report.md").read_text()
