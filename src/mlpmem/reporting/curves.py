@@ -44,6 +44,9 @@ def plot_learning_curve(history: list[dict], path: str | Path, knnlm_ppl: float 
         if best_step is not None and h["step"] == best_step:
             ax.axvline(t, color="k", lw=0.8, alpha=0.4, label="best evaluation")
     ax.set_yscale("log")
+    plain = plt.matplotlib.ticker.FormatStrFormatter("%.0f")  # 40, not 4 x 10^1
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain)
     if panels == 2:
         low = axes[1, 0]
         low.plot(tokens, sharp, "d-", ms=3, color="tab:purple", label="memory")

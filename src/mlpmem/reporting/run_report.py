@@ -142,6 +142,9 @@ def summary_row(run_dir) -> dict:
         "teacher_bytes_per_token": teacher.get("bytes_per_token"), "knnlm": knn["chosen"],
         "backbone_ppl": knn["test"]["backbone_ppl"], "knnlm_ppl": knn["test"]["knnlm_ppl"],
         "memory_ppl": res["test"]["memory"] if res else None,
+        "memory_coverage": res["test"].get("memory_coverage", 1.0) if res else None,
+        "memory_mass80": res["distribution"]["memory"]["80%"] if res else None,
+        "backbone_mass80": res["distribution"]["backbone"]["80%"] if res else None,
         "joint_ppl": res["test"]["memory+backbone"] if res else None,
         "memory_lambda": res["lambda"] if res else None,
     }
@@ -150,7 +153,8 @@ def summary_row(run_dir) -> dict:
 def summary_table(run_dirs) -> str:
     """One row per run: the retrieval-side measurements and the test perplexities."""
     header = ["run", "tokens train / val / test", "keys tok/s", "teacher s (÷ keys)", "teacher B/token",
-              "kNN-LM k, T, λ", "PPL backbone", "PPL kNN-LM", "PPL memory", "PPL memory + backbone (λ)"]
+              "kNN-LM k, T, λ", "PPL backbone", "PPL kNN-LM", "PPL memory", "PPL memory + backbone (λ)",
+              "tokens for 80 % of the mass, memory / backbone"]
     rows = []
     for d in run_dirs:
         r = summary_row(d)
@@ -160,8 +164,16 @@ def summary_table(run_dirs) -> str:
         rows.append([r["run"], tok, number(r["keys_tokens_per_s"], 0),
                      f"{number(r['teacher_seconds'], 0)} ({number(r['teacher_over_keys'], 2)})",
                      number(r["teacher_bytes_per_token"], 2), f"{c['k']}, {c['temperature']}, {c['lambda']}",
-                     f"{r['backbone_ppl']:.3f}", f"{r['knnlm_ppl']:.3f}", number(r["memory_ppl"], 3), joint])
+                     f"{r['backbone_ppl']:.3f}", f"{r['knnlm_ppl']:.3f}", _memory_cell(r), joint,
+                     f"{number(r['memory_mass80'], 1)} / {number(r['backbone_mass80'], 1)}"])
     return markdown_table(header, rows)
+
+
+def _memory_cell(row: dict) -> str:
+    """Memory-alone PPL, with the share of test targets a corpus head covers when it is not all of them."""
+    cell = number(row["memory_ppl"], 3)
+    coverage = row.get("memory_coverage")
+    return cell + (f" ({100 * coverage:.0f} % covered)" if coverage is not None and coverage < 1.0 else "")
 
 
 def sweep_table(knn: dict) -> str:
