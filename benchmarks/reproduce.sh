@@ -49,3 +49,17 @@ mkdir -p runs/quick-identity && cp -al runs/quick/{datastore,eval,teacher,knnlm,
 $M run configs/quick.yaml --set run_dir=runs/quick-identity --set memory.init=identity
 $M summarize runs/quick runs/quick-identity --out docs/results/identity-init/summary.md \
   --copy-reports docs/results/identity-init
+
+# the corpus-vocabulary head against the full head, and the generalisation levers, on the quick run (README)
+mkdir -p runs/quick-corpus && cp -al runs/quick/{datastore,eval,teacher,knnlm,tokens} runs/quick-corpus/ 2>/dev/null || true
+$M run configs/quick.yaml --set run_dir=runs/quick-corpus --set memory.vocab=corpus
+$M ablate configs/quick.yaml --set run_dir=runs/quick-corpus --set memory.vocab=corpus --study vocab
+$M ablate configs/quick.yaml --set run_dir=runs/quick-corpus --set memory.vocab=corpus --set train.epochs=6 \
+  --set train.eval_every=0.5 --set train.patience=3 --study regularise
+$M summarize runs/quick runs/quick-corpus --out docs/results/corpus-head/summary.md --copy-reports docs/results/corpus-head
+$M bench offline configs/quick.yaml --out runs/bench/offline-vocab --teacher-queries 0 --quiet
+cp runs/bench/offline-vocab/bench-report.md docs/results/speed/offline-vocab.md
+cp runs/bench/offline-vocab/bench-results.json docs/results/speed/offline-vocab-results.json
+# quality against the training corpus's size (same recipe, nested training caps, the default's validation and test)
+$M scale-data configs/default.yaml --set memory.vocab=corpus --train-tokens 40000,80000,120000 --out runs/data-scaling
+mkdir -p docs/results/data-scaling && cp runs/data-scaling/{report.md,results.json,data_scaling.png} docs/results/data-scaling/

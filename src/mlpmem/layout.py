@@ -14,6 +14,7 @@
       results.json, report.md, lambda.png   the evaluation
       timings.json           seconds and tokens/s of every stage
       ablations/<study>/     variants of the memory trained on this run's datastore
+      gate/                  the learned gate (gate.json + gate.safetensors), its feature cache and report
       stages/<stage>.json    what each stage was built from (the settings it depends on), checked on reuse
       memory.sha256.json     the checksums of memory/'s files, checked whenever the memory is loaded
       .lock                  held by the command writing the folder (pid, host, command)
@@ -29,7 +30,8 @@ from pathlib import Path
 
 WRITTEN = frozenset({"config.yaml", "corpus", "tokens", "datastore", "eval", "knnlm", "teacher", "train", "memory",
                      "learning_curve.png", "results.json", "report.md", "lambda.png", "timings.json", "ablations",
-                     "stages", "memory.sha256.json", ".lock", "train-bench", "bench-report.md", "bench-results.json"})
+                     "stages", "memory.sha256.json", ".lock", "train-bench", "bench-report.md", "bench-results.json",
+                     "gate"})
 """Every name mlpmem writes at the top of a run folder (``train-bench``, ``bench-*``: the offline benchmark's, which
 runs in a folder of its own), besides temporaries (:func:`is_written`)."""
 
@@ -138,3 +140,8 @@ class RunLayout:
 
     def ablation(self, study: str) -> Path:
         return self.root / "ablations" / study
+
+    @property
+    def gate(self) -> Path:
+        """The learned gate of the memory (:mod:`mlpmem.inference.gate_io`), its features and report."""
+        return self.root / "gate"

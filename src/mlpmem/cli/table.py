@@ -92,6 +92,13 @@ PIPELINE = [
     Command("ablate", "", f"{STAGES}:ablate", "memory variants of one study, each scored by validation PPL", (
         *RUN, Arg("--study", required=True, choices="mlpmem.experiments.ablation:ALL_STUDIES",
                        help="the study whose variants are trained"))),
+    Command("gate", "", "mlpmem.cli.gate:gate",
+            "train a run's learned mixing gate λ_t and compare it with the fixed λ", (
+                *RUN,
+                Arg("--report", metavar="DIR", help="also write the gate report (results.json, report.md, PNG) here"),
+                Arg("--name", help="this gate's entry in the report (default: the run folder's name)"),
+                Arg("--decode-tokens", type=int, default=32, help="tokens per timed greedy decode (0: no timing)"),
+                Arg("--decode-rounds", type=int, default=5, help="timed decode rounds, gate and fixed λ interleaved"))),
     Command("scale-data", "", "mlpmem.experiments.data_scaling:cmd_scale_data",
             "quality against corpus size: a run per size, one plot", (
                 _config(), SET, QUIET,

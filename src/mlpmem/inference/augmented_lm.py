@@ -22,6 +22,11 @@ at best its extra weight bytes. Three details keep it there:
 The returned "logits" are mixed log-probabilities (they logsumexp to 0): argmax, softmax and
 temperature act on them as on logits (softmax(log p / T) is p^(1/T) renormalised). With lam = 0 they
 are exactly ``log_softmax`` of the backbone's logits, with lam = 1 exactly the memory's.
+
+With a :class:`~mlpmem.inference.gate.Gate` the weight is λ_t per kept position instead of ``lam``: the gate
+reads features of the two logit sets the hook already holds (and the kept keys), so it adds no backbone pass
+and works on every path above (``forward``, stock ``generate`` with its cache, the fused head). The λ_t of
+the latest forward are kept in ``last_lambda`` (B, T_keep).
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ from torch import nn
 
 from mlpmem.backbone import SITES, KeyHook, resolve_layer
 from mlpmem.errors import ConfigError, FingerprintMismatch, MlpmemError
+from mlpmem.inference.gate import Gate, gated_mix_logits
+from mlpmem.inference.gate_io import load_gate
 from mlpmem.inference.mixing import check_lambda
 from mlpmem.memory import MLPMemory
 from mlpmem.memory.io import verify_backbone
@@ -116,6 +123,7 @@ class MemoryAugmentedLM(BackboneWrapper):
     optional: without it the tokenizer part is not checked). ``fuse_head`` (default: whenever the
     memory's head is tied to the backbone's output embedding) computes both vocabulary projections in
     one matrix product; ``False`` runs the memory's own head separately (same result up to rounding).
+    ``gate`` (optional, see :meth:`set_gate`) replaces the fixed ``lam`` by a λ_t per position.
     """
 
     def __init__(
@@ -127,6 +135,7 @@ class MemoryAugmentedLM(BackboneWrapper):
         key_site: str | None = None,
         tokenizer=None,
         fuse_head: bool | None = None,
+        gate: Gate | None = None,
     ):
         super().__init__()
         config = memory.config
@@ -146,6 +155,10 @@ class MemoryAugmentedLM(BackboneWrapper):
         self._logits_to_keep = None  # of the current forward call, for the fused head's key slicing
         self._fused_batch: int | None = None  # set by the head pre-hook when it appended the memory's rows
         self._mem_logits: torch.Tensor | None = None  # the memory's half of the fused head output
+        self._kept_keys: torch.Tensor | None = None  # the kept positions' keys, for a gate that reads them
+        self.gate: Gate | None = None
+        self.last_lambda: torch.Tensor | None = None  # (B, T_keep) the gate's λ_t of the latest forward
+        self.set_gate(gate)
 
     def _resolve_key_layer(self, key_layer) -> int:
         recorded = self.memory.config.key_layer
@@ -179,16 +192,34 @@ class MemoryAugmentedLM(BackboneWrapper):
         backbone_model: nn.Module,
         tokenizer=None,
         lam: float = 0.5,
+        gate_dir: str | os.PathLike | None = None,
         **kwargs,
     ) -> MemoryAugmentedLM:
-        """Load a saved memory next to ``backbone_model`` (fingerprint checked) on the backbone's device."""
+        """Load a saved memory next to ``backbone_model`` (fingerprint checked) on the backbone's device, and the
+        gate saved in ``gate_dir`` if given (refused unless it was trained with this memory)."""
         memory = MLPMemory.from_pretrained(memory_dir, backbone_model, tokenizer)
+        gate = None if gate_dir is None else load_gate(gate_dir, memory)
         memory.to(next(backbone_model.parameters()).device).eval()
-        return cls(backbone_model, memory, lam=lam, tokenizer=tokenizer, **kwargs)
+        return cls(backbone_model, memory, lam=lam, tokenizer=tokenizer, gate=gate, **kwargs)
 
     def set_lambda(self, lam: float) -> None:
-        """Set the mixing weight lam of p_mem (in [0, 1])."""
+        """Set the mixing weight lam of p_mem (in [0, 1]); with a gate set, the gate's λ_t are used instead."""
         self.lam = check_lambda(lam, "lam")
+
+    def set_gate(self, gate: Gate | None) -> None:
+        """Mix with the gate's λ_t per position (moved to the backbone's device), or with the fixed ``lam``
+        again (``None``)."""
+        if gate is not None:
+            if gate.uses_keys and gate.key_size != self.memory.config.input_size:
+                raise ConfigError(f"the gate reads keys of size {gate.key_size}, the memory's are "
+                                  f"{self.memory.config.input_size}")
+            gate = gate.to(next(self.backbone.parameters()).device).eval()
+        self.gate = gate
+
+    @property
+    def memory_needed(self) -> bool:
+        """Whether the memory runs at all: with a gate, or with lam > 0."""
+        return self.gate is not None or self.lam != 0.0
 
     # -- hooks
 
@@ -221,10 +252,11 @@ class MemoryAugmentedLM(BackboneWrapper):
         for handle in self._handles:
             handle.remove()
         self._key_hook.__exit__(None, None, None)
-        self._handles, self._key_hook, self._mem_logits = [], None, None
+        self._handles, self._key_hook, self._mem_logits, self._kept_keys = [], None, None, None
 
     def _record_kwargs(self, module, args, kwargs):
         self._logits_to_keep, self._mem_logits, self._fused_batch = kwargs.get("logits_to_keep"), None, None
+        self._kept_keys = None
 
     def _take_keys(self) -> torch.Tensor:
         keys, self._key_hook.keys = self._key_hook.keys, None  # consume: a stale key is never reused
@@ -234,10 +266,12 @@ class MemoryAugmentedLM(BackboneWrapper):
 
     def _head_pre_hook(self, module, args):
         """Fused head: feed [h_lm; h_mem] (2B, T_keep, d) to the shared lm_head (one weight read)."""
-        if self.lam == 0.0:
+        if not self.memory_needed:
             return None  # the memory is not run at all
         h_lm = args[0]  # (B, T_keep, d)
         kept = _keep_positions(self._take_keys(), h_lm, self._logits_to_keep)  # (B, T_keep, d)
+        if self.gate is not None and self.gate.uses_keys:
+            self._kept_keys = kept
         h_mem = self.memory.features(kept.to(self.memory.norm.weight.device))  # (B, T_keep, d)
         self._fused_batch = h_lm.shape[0]
         return (torch.cat([h_lm, h_mem.to(h_lm.dtype)], dim=0),)  # (2B, T_keep, d)
@@ -254,13 +288,19 @@ class MemoryAugmentedLM(BackboneWrapper):
         index = 1 if as_tuple and kwargs.get("labels") is not None else 0  # tuples put the loss first
         lm_logits = output[index] if as_tuple else output.logits  # (B, T_keep, V)
         mem_logits, self._mem_logits = self._mem_logits, None
-        if self.lam == 0.0:
+        if not self.memory_needed:
             self._take_keys()  # consumed unused: the memory is not run at all
             mixed = F.log_softmax(lm_logits.float(), dim=-1)
         else:
             if mem_logits is None:  # separate head: run the whole memory on the kept positions
-                mem_logits = self._memory_logits(self._take_keys(), lm_logits, kwargs.get("logits_to_keep"))
-            mixed = self._mix_logits(lm_logits, mem_logits)
+                keys = self._take_keys()
+                if self.gate is not None and self.gate.uses_keys:
+                    self._kept_keys = _keep_positions(keys, lm_logits, kwargs.get("logits_to_keep"))
+                mem_logits = self._memory_logits(keys, lm_logits, kwargs.get("logits_to_keep"))
+            if self.gate is None:
+                mixed = self._mix_logits(lm_logits, mem_logits)
+            else:
+                mixed = self._gate_mix(lm_logits, mem_logits)
         loss = self._mixed_loss(mixed, kwargs.get("labels"))
         if as_tuple:
             parts = list(output)
@@ -282,6 +322,14 @@ class MemoryAugmentedLM(BackboneWrapper):
     def _mix_logits(self, lm_logits: torch.Tensor, mem_logits: torch.Tensor) -> torch.Tensor:
         return mix_logits(lm_logits, mem_logits, self.lam)
 
+    def _gate_mix(self, lm_logits: torch.Tensor, mem_logits: torch.Tensor) -> torch.Tensor:
+        """The mixture at the gate's λ_t (kept in ``last_lambda``); the kept keys are consumed."""
+        keys, self._kept_keys = self._kept_keys, None
+        if keys is not None:
+            keys = keys.to(lm_logits.device)
+        mixed, self.last_lambda = gated_mix_logits(lm_logits, mem_logits, self.gate, keys)
+        return mixed
+
     def _mixed_loss(self, mixed: torch.Tensor, labels) -> torch.Tensor | None:
         """The backbone's own causal-LM loss, recomputed on the mixed log-probs (they are valid logits)."""
         if labels is None:
@@ -289,9 +337,13 @@ class MemoryAugmentedLM(BackboneWrapper):
         return self.backbone.loss_function(logits=mixed, labels=labels, vocab_size=mixed.shape[-1])
 
     def mix(self, lm_logits: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        """log((1 - lam) p_lm + lam p_mem) in fp32 for backbone logits (..., V) and keys (..., d)."""
-        if self.lam == 0.0:
+        """log((1 - lam) p_lm + lam p_mem) in fp32 for backbone logits (..., V) and keys (..., d) (λ_t with a
+        gate)."""
+        if not self.memory_needed:
             return F.log_softmax(lm_logits.float(), dim=-1)  # the memory is not run at all
         param = next(self.memory.parameters())
-        mem_logits = self.memory(keys.to(device=param.device, dtype=param.dtype))  # (..., V)
-        return mix_logits(lm_logits, mem_logits.to(lm_logits.device), self.lam)
+        mem_logits = self.memory(keys.to(device=param.device, dtype=param.dtype)).to(lm_logits.device)  # (..., V)
+        if self.gate is None:
+            return mix_logits(lm_logits, mem_logits, self.lam)
+        mixed, self.last_lambda = gated_mix_logits(lm_logits, mem_logits, self.gate, keys.to(lm_logits.device))
+        return mixed

@@ -18,6 +18,7 @@ from mlpmem.pipeline.knnlm import KnnLMConfig
 from mlpmem.pipeline.memory import MemorySection
 from mlpmem.teacher import TeacherConfig
 from mlpmem.training.config import TrainConfig
+from mlpmem.training.gate import GateTrainConfig
 
 
 def default_teacher() -> TeacherConfig:
@@ -40,3 +41,5 @@ class PipelineConfig(Config):
     """What the memory is: depth, width, head and initialisation."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """How the memory is optimised."""
+    gate: GateTrainConfig = field(default_factory=GateTrainConfig)
+    """The learned mixing gate λ_t of ``mlpmem gate`` (no other stage reads it)."""

@@ -1,0 +1,181 @@
+"""A learned gate: a mixing weight λ_t per position instead of one fixed λ.
+
+    p_t = (1 - λ_t) p_lm + λ_t p_mem,    λ_t = sigmoid(g(features_t)),
+
+where g is a small MLP on quantities that are free at decode time, computed from the two logit sets the
+mixing already has (no second backbone pass):
+
+    entropy_lm, log_max_lm    entropy (nats) and log of the largest probability of p_lm
+    entropy_mem, log_max_mem  the same for p_mem
+    log_lm_of_mem_argmax      log p_lm of the memory's most probable token
+    log_mem_of_lm_argmax      log p_mem of the backbone's most probable token
+
+(log-probabilities floored at :data:`LOG_FLOOR`; in log space the gate separates a sure memory from a merely
+likely one better than on probabilities),
+
+optionally with a low-dimensional projection of the key f(c_t) (``key_dim``; the key is RMS-normalised
+first). The features are standardised by a shift and scale fitted on the gate's training data (buffers,
+saved with the gate).
+
+A corpus head's p_mem is exactly 0 outside its tokens (logits -inf): entropies leave out the 0 * -inf terms
+(they add exactly 0) and the log p_mem of an uncovered token is the floor, so no feature is NaN or infinite.
+
+Exactness. The gate runs in float64 (a few hundred weights, one row per kept position). The log-weights
+log λ_t = logsigmoid(z) and log(1 - λ_t) = logsigmoid(-z) are rounded to fp32 and added the way
+:func:`~mlpmem.inference.augmented_lm.mix_logits` adds its scalars, so a constant gate (zero output
+weights, bias logit(c)) gives the fixed-λ = c mixture bit for bit whenever fp32 rounds the float64 logs of
+c and 1 - c as it rounds Python's (for practically every c). A sigmoid never reaches 0 or 1: λ_t is in (0, 1).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mlpmem.config import Config
+from mlpmem.errors import ConfigError
+from mlpmem.inference.mixing import check_lambda
+
+FEATURES = ("entropy_lm", "log_max_lm", "entropy_mem", "log_max_mem", "log_lm_of_mem_argmax", "log_mem_of_lm_argmax")
+"""The gate's decode-time features, in the order of the last dimension of :func:`gate_features`."""
+NUM_FEATURES = len(FEATURES)
+LOG_FLOOR = -30.0
+"""Log-probability features below this (down to -inf: a token outside a corpus head) are this."""
+FEATURE_VERSION = 2
+"""Changes whenever a feature's definition or arithmetic changes (cached features and saved gates record it)."""
+KEY_EPS = 1e-6
+
+
+@dataclass
+class GateConfig(Config):
+    """What the gate is: its hidden width and its inputs."""
+
+    hidden_size: int = 16
+    """Width of the gate's one hidden layer (SiLU); 0: a logistic regression on the inputs."""
+    key_dim: int = 0
+    """Size of the learned projection of the (RMS-normalised) key added to the inputs; 0: features only."""
+
+    def validate(self) -> None:
+        if not 0 <= self.hidden_size <= 4096:
+            raise ConfigError(f"gate.hidden_size must be in [0, 4096], got {self.hidden_size}")
+        if not 0 <= self.key_dim <= 1024:
+            raise ConfigError(f"gate.key_dim must be in [0, 1024], got {self.key_dim}")
+
+
+def _entropy(logits: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+    """Entropy (nats) of softmax(logits) (..., V) -> (...,) as lse - sum(p x): one fused softmax, one product.
+
+    Where p = 0 and x = -inf (outside a corpus head) the product is NaN, and ``nansum`` leaves it out: such a
+    token adds exactly 0, as it should.
+    """
+    return lse[..., 0] - (torch.softmax(logits, -1) * logits).nansum(-1)
+
+
+def features_from_logits(lm: torch.Tensor, mem: torch.Tensor, lse_lm: torch.Tensor,
+                         lse_mem: torch.Tensor) -> torch.Tensor:
+    """The :data:`FEATURES` of fp32 logits (..., V) x 2 and their logsumexps (..., 1) -> (..., NUM_FEATURES)."""
+    max_lm, arg_lm = lm.max(-1)  # (...,) each
+    max_mem, arg_mem = mem.max(-1)
+    lm_of_mem = lm.gather(-1, arg_mem[..., None])[..., 0]  # (...,)
+    mem_of_lm = mem.gather(-1, arg_lm[..., None])[..., 0]  # (...,) -inf outside a corpus head
+    shift = torch.cat([lse_lm, lse_mem, lse_lm, lse_mem], dim=-1)  # (..., 4)
+    logs = (torch.stack([max_lm, max_mem, lm_of_mem, mem_of_lm], dim=-1) - shift).clamp_min(LOG_FLOOR)  # (..., 4)
+    parts = [_entropy(lm, lse_lm), logs[..., 0], _entropy(mem, lse_mem), logs[..., 1], logs[..., 2], logs[..., 3]]
+    return torch.stack(parts, dim=-1)  # (..., NUM_FEATURES)
+
+
+def gate_features(lm_logits: torch.Tensor, mem_logits: torch.Tensor) -> torch.Tensor:
+    """The :data:`FEATURES` of two logit sets (..., V) -> (..., NUM_FEATURES) fp32."""
+    lm, mem = lm_logits.float(), mem_logits.float()
+    lse_lm, lse_mem = torch.logsumexp(lm, -1, keepdim=True), torch.logsumexp(mem, -1, keepdim=True)
+    return features_from_logits(lm, mem, lse_lm, lse_mem)
+
+
+class Gate(nn.Module):
+    """λ_t = sigmoid(g(x_t)): standardised features (and a key projection) -> one logit per position.
+
+    ``key_size`` is the size of the memory's keys (needed when ``config.key_dim > 0``). All weights and buffers
+    are float64; inputs of any float dtype are cast.
+    """
+
+    def __init__(self, config: GateConfig, key_size: int | None = None):
+        super().__init__()
+        if config.key_dim and not key_size:
+            raise ConfigError("a gate with key_dim > 0 needs key_size (the size of the memory's keys)")
+        self.config, self.key_size = config, key_size if config.key_dim else None
+        self.register_buffer("feature_shift", torch.zeros(NUM_FEATURES, dtype=torch.float64))
+        self.register_buffer("feature_scale", torch.ones(NUM_FEATURES, dtype=torch.float64))
+        inputs = NUM_FEATURES + config.key_dim
+        self.key_proj = nn.Linear(key_size, config.key_dim, bias=False) if config.key_dim else None
+        self.hidden = nn.Linear(inputs, config.hidden_size) if config.hidden_size else None
+        self.out = nn.Linear(config.hidden_size or inputs, 1)
+        self.to(torch.float64)
+
+    @property
+    def uses_keys(self) -> bool:
+        return self.key_proj is not None
+
+    def fit_standardisation(self, features: torch.Tensor) -> None:
+        """Set the shift and scale of the features to their mean and standard deviation over rows (n, F)."""
+        x = features.double().reshape(-1, NUM_FEATURES)
+        self.feature_shift.copy_(x.mean(0))
+        self.feature_scale.copy_(x.std(0).clamp_min(1e-6) if x.shape[0] > 1 else torch.ones(NUM_FEATURES))
+
+    def set_constant(self, lam: float) -> Gate:
+        """Make the gate output ``lam`` everywhere: zero output weights, bias logit(lam); ``lam`` in (0, 1)."""
+        lam = check_lambda(lam, "gate constant")
+        if lam in (0.0, 1.0):
+            raise ConfigError("a gate's λ_t is a sigmoid: a constant gate needs 0 < λ < 1 (use a fixed λ for 0 or 1)")
+        with torch.no_grad():
+            self.out.weight.zero_()
+            self.out.bias.fill_(math.log(lam) - math.log1p(-lam))
+        return self
+
+    def forward(self, features: torch.Tensor, keys: torch.Tensor | None = None) -> torch.Tensor:
+        """The gate's logit z (...,) float64 for features (..., F) and, if it uses them, keys (..., d)."""
+        x = (features.to(self.feature_shift) - self.feature_shift) / self.feature_scale  # (..., F)
+        if self.key_proj is not None:
+            if keys is None:
+                raise ConfigError("this gate reads the key (key_dim > 0): pass keys")
+            k = keys.to(self.feature_shift)
+            k = k * torch.rsqrt(k.pow(2).mean(-1, keepdim=True) + KEY_EPS)  # (..., d) RMS-normalised
+            x = torch.cat([x, self.key_proj(k)], dim=-1)  # (..., F + key_dim)
+        if self.hidden is not None:
+            x = F.silu(self.hidden(x))  # (..., H)
+        return self.out(x)[..., 0]  # (...,)
+
+    def lam(self, features: torch.Tensor, keys: torch.Tensor | None = None) -> torch.Tensor:
+        """λ_t = sigmoid(z) (...,) float64, in (0, 1)."""
+        return torch.sigmoid(self(features, keys))
+
+
+def log_weights(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log(1 - λ), log λ) of gate logits z, both without cancellation: logsigmoid(-z), logsigmoid(z)."""
+    return F.logsigmoid(-z), F.logsigmoid(z)
+
+
+def gated_target_logprob(lp_lm: torch.Tensor, lp_mem: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """log((1 - λ_t) p_lm(y_t) + λ_t p_mem(y_t)) from the targets' log-probs (n,) and gate logits z (n,)."""
+    log_1m, log_lam = log_weights(z.double())
+    return torch.logaddexp(lp_lm.double() + log_1m, lp_mem.double() + log_lam)  # (n,)
+
+
+def gated_mix_logits(lm_logits: torch.Tensor, mem_logits: torch.Tensor, gate: Gate,
+                     keys: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log((1 - λ_t) softmax(lm) + λ_t softmax(mem)) fp32 (..., V), λ_t (...,)) with λ_t from ``gate``.
+
+    One logsumexp per distribution serves both the features and the mixture, which is computed like
+    :func:`~mlpmem.inference.augmented_lm.mix_logits` with per-row offsets in place of its scalar ones.
+    """
+    lm, mem = lm_logits.float(), mem_logits.float()  # (..., V) each
+    lse_lm = torch.logsumexp(lm, dim=-1, keepdim=True)  # (..., 1)
+    lse_mem = torch.logsumexp(mem, dim=-1, keepdim=True)
+    features = features_from_logits(lm, mem, lse_lm, lse_mem)  # (..., F)
+    z = gate(features, keys)  # (...,) float64
+    log_1m, log_lam = (w.to(lm.dtype)[..., None] for w in log_weights(z))  # (..., 1) each
+    mixed = torch.logaddexp(lm + (log_1m - lse_lm), mem + (log_lam - lse_mem))  # (..., V)
+    return mixed, torch.sigmoid(z)
