@@ -25,7 +25,7 @@ class MemorySection(Config):
     """Head = the backbone's output embedding, frozen (else an untied head trained from scratch)."""
     dropout: float = 0.0
     """Dropout on each block's feed-forward output while training (a regulariser for small corpora)."""
-    vocab: Literal["full", "corpus"] = "full"
+    vocab: Literal["full", "corpus"] = "corpus"
     """The tokens the head scores: ``full`` (the backbone's vocabulary) or ``corpus`` (the training corpus's next
     tokens, which include every teacher support; p_mem is 0 elsewhere, see :mod:`mlpmem.memory.vocab`)."""
     init: Literal["random", "backbone", "identity"] = "random"
