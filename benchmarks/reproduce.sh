@@ -63,3 +63,12 @@ cp runs/bench/offline-vocab/bench-results.json docs/results/speed/offline-vocab-
 # quality against the training corpus's size (same recipe, nested training caps, the default's validation and test)
 $M scale-data configs/default.yaml --set memory.vocab=corpus --train-tokens 40000,80000,120000 --out runs/data-scaling
 mkdir -p docs/results/data-scaling && cp runs/data-scaling/{report.md,results.json,data_scaling.png} docs/results/data-scaling/
+$M ablate configs/default.yaml --set run_dir=runs/data-scaling/runs/train-120000 --set corpus.max_tokens.train=120000 \
+  --study vocab
+# the learned gate on the quick run (docs/results/gate): the key-projection variant first, then the default gate
+MLPMEM_THREADS=1 $M gate configs/quick.yaml --set run_dir=runs/quick-corpus --set memory.vocab=corpus \
+  --set gate.key_dim=4 --name quick-corpus+key4 --decode-tokens 16 --decode-rounds 21 --report docs/results/gate --quiet
+MLPMEM_THREADS=1 $M gate configs/quick.yaml --set run_dir=runs/quick-corpus --set memory.vocab=corpus \
+  --decode-tokens 16 --decode-rounds 21 --report docs/results/gate --quiet
+# the negative control with the corpus head
+$M run configs/wikipedia-by-article.yaml --set run_dir=runs/wikipedia-by-article-corpus
