@@ -21,6 +21,7 @@ from safetensors.torch import load_file, save_file
 
 import mlpmem.utils.shards
 from helpers.corpus import write_corpus
+from helpers.fast import quiet_and_fast  # noqa: F401 (autouse: no fsync, one thread)
 from helpers.paths import ROOT, SRC
 from mlpmem.cli import main
 from mlpmem.errors import CorruptArtifact, RunBusy
@@ -31,16 +32,6 @@ from mlpmem.utils.lock import folder_lock
 from mlpmem.utils.shards import temporary
 
 TINY = "configs/tiny.yaml"
-
-
-@pytest.fixture(autouse=True)
-def _quiet_and_fast(monkeypatch):
-    monkeypatch.setattr(mlpmem.utils.shards, "FSYNC", False)
-    monkeypatch.setenv("MLPMEM_THREADS", "1")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import torch
 import mlpmem.pipeline.gate as gate_stage
 import mlpmem.utils.shards
 from helpers.corpus import write_corpus
+from helpers.fast import quiet_and_fast  # noqa: F401 (autouse: no fsync, one thread)
 from mlpmem.cli import main
 from mlpmem.corpora.documents import document_lengths, make_windows
 from mlpmem.errors import FingerprintMismatch
@@ -27,16 +28,6 @@ from mlpmem.utils.shards import read_json
 
 TINY = "configs/tiny.yaml"
 FAST = ["--decode-tokens", "2", "--decode-rounds", "1"]
-
-
-@pytest.fixture(autouse=True)
-def _quiet_and_fast(monkeypatch):
-    monkeypatch.setattr(mlpmem.utils.shards, "FSYNC", False)
-    monkeypatch.setenv("MLPMEM_THREADS", "1")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
