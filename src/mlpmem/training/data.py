@@ -73,12 +73,18 @@ def rank_rows(idx: np.ndarray, rank: int, world: int) -> tuple[np.ndarray, float
 
 @torch.no_grad()
 def memory_logprobs(memory: MLPMemory, keys: np.ndarray, targets: np.ndarray, batch: int = 1024) -> np.ndarray:
-    """log p_mem(target) for every row, in batches (only the target's log-prob is kept)."""
+    """log p_mem(target) for every row, in batches (only the target's log-prob is kept), computed over the head's
+    own rows: -inf for a target outside a corpus head."""
     out = np.empty(len(keys), np.float64)
     for b in range(0, len(keys), batch):
-        logits = memory(torch.from_numpy(np.asarray(keys[b : b + batch], np.float32)))  # (B, V)
+        logits = memory(torch.from_numpy(np.asarray(keys[b : b + batch], np.float32)), full_vocab=False)  # (B, V')
         tgt = torch.from_numpy(np.asarray(targets[b : b + batch], np.int64))
-        out[b : b + batch] = (logits.gather(1, tgt[:, None])[:, 0] - torch.logsumexp(logits, 1)).double().numpy()
+        rows, covered = tgt, torch.ones_like(tgt, dtype=torch.bool)
+        if memory.vocab_ids is not None:  # the head row of each target, if it has one
+            rows = torch.searchsorted(memory.vocab_ids, tgt).clamp(max=len(memory.vocab_ids) - 1)
+            covered = memory.vocab_ids[rows] == tgt
+        lp = logits.gather(1, rows[:, None])[:, 0] - torch.logsumexp(logits, 1)  # (B,)
+        out[b : b + batch] = torch.where(covered, lp, float("-inf")).double().numpy()
     return out
 
 
