@@ -130,3 +130,45 @@ def test_a_gate_of_the_run_refuses_another_runs_memory(finished, tmp_path):
         memory.norm.weight.add_(1e-3)  # another memory (retrained) next to the old gate
     with pytest.raises(FingerprintMismatch, match="another memory"):
         load_gate(run.layout.gate, memory)
+
+
+def test_generate_with_the_gate_continues_the_prompt_as_the_gated_model_does(finished, capsys):
+    root, common = finished
+    folder = ["--set", f"run_dir={root / 'run'}"]
+    capsys.readouterr()
+    assert main(["generate", TINY, *common, *folder, "--prompt", "the cat", "--max-new-tokens", "4", "--gate"]) == 0
+    text = capsys.readouterr().out.strip()
+    run = open_run(root / "run", common)
+    model, tokenizer = run.backbone
+    memory = gate_stage.load_run_memory(run)
+    mixed = MemoryAugmentedLM(model, memory, lam=0.5, tokenizer=tokenizer, gate=load_gate(run.layout.gate, memory))
+    inputs = tokenizer(["the cat"], return_tensors="pt")
+    out = mixed.generate(**inputs, max_new_tokens=4, do_sample=False, pad_token_id=tokenizer.eos_token_id)
+    assert text == tokenizer.decode(out[0], skip_special_tokens=True)
+    assert mixed.last_lambda is not None
+
+
+def test_generate_gate_refuses_lam_and_a_run_without_a_gate(finished, tmp_path, capsys):
+    root, common = finished
+    args = ["generate", TINY, *common, "--prompt", "the cat", "--max-new-tokens", "2", "--gate"]
+    assert main([*args, "--set", f"run_dir={root / 'run'}", "--lam", "0.3"]) == 2
+    assert "exclude each other" in capsys.readouterr().err
+    bare = tmp_path / "run"
+    shutil.copytree(root / "run", bare, ignore=shutil.ignore_patterns("gate"))
+    assert main([*args, "--set", f"run_dir={bare}"]) == 2
+    assert "mlpmem gate" in capsys.readouterr().err
+
+
+def test_the_memory_gate_method_mixes_with_the_runs_gate(finished, tmp_path):
+    from mlpmem.baselines.methods import build_method
+    from mlpmem.errors import ConfigError
+
+    root, common = finished
+    run = open_run(root / "run", common)
+    built = build_method("memory-gate", root / "run", run.backbone)
+    lam = read_json(root / "run" / "results.json", "run results")["lambda"]
+    assert built.model.gate is not None and built.info == {"gate": True, "lambda_fixed": lam}
+    bare = tmp_path / "run"
+    shutil.copytree(root / "run", bare, ignore=shutil.ignore_patterns("gate"))
+    with pytest.raises(ConfigError, match="mlpmem gate"):
+        build_method("memory-gate", bare, run.backbone)

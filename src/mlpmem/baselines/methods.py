@@ -11,7 +11,9 @@ uses (λ, k, T; the fine-tuning record) and what it costs besides the backbone.
   - ``rag-dense`` / ``rag-bm25``: the backbone with passages of ``options.docs`` retrieved into the prompt;
   - ``cpt`` / ``lora``: a copy of the backbone fine-tuned on ``options.docs`` (LoRA rank matched to the run's
     memory unless ``options.lora_params`` is given);
-  - ``memory``: :class:`~mlpmem.inference.augmented_lm.MemoryAugmentedLM` with the run's trained memory.
+  - ``memory``: :class:`~mlpmem.inference.augmented_lm.MemoryAugmentedLM` with the run's trained memory;
+  - ``memory-gate``: the same with the run's learned gate (``mlpmem gate``, in ``run_dir/gate``): λ_t per
+    position instead of one λ, so nothing is tuned.
 
 Mixing methods (``Method.mixes``) use ``options.lam``, or the λ the run chose on validation perplexity. What is
 particular to one experiment stays in it: the QA suite tunes λ on validation questions, the speed benchmark
@@ -39,6 +41,7 @@ from mlpmem.datastore import KeyStore
 from mlpmem.errors import ConfigError
 from mlpmem.index import ExactIndex
 from mlpmem.inference.augmented_lm import MemoryAugmentedLM
+from mlpmem.inference.gate_io import load_gate
 from mlpmem.inference.prompts import qa_prompt
 from mlpmem.utils.io import dir_bytes
 from mlpmem.utils.shards import read_json
@@ -225,6 +228,15 @@ def _memory(run_dir, backbone, options: MethodOptions) -> Built:
     return Built(mixed, prompt_builder(options.shots), {"lambda": lam}, cost)
 
 
+def _memory_gate(run_dir, backbone, options: MethodOptions) -> Built:
+    gate_dir = run_dir / "gate"
+    if not (gate_dir / "gate.json").exists():
+        raise ConfigError(f"method memory-gate needs the run's gate in {gate_dir}: train it with `mlpmem gate`")
+    built = _memory(run_dir, backbone, dataclasses.replace(options, lam=None))
+    built.model.set_gate(load_gate(gate_dir, built.model.memory))
+    return dataclasses.replace(built, info={"gate": True, "lambda_fixed": built.info["lambda"]})
+
+
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("backbone", _backbone),
     Method("rag-dense", _rag("dense"), needs_docs=True),
@@ -233,5 +245,6 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("cpt", _cpt, needs_docs=True),
     Method("lora", _lora, needs_docs=True),
     Method("memory", _memory, needs_run=True, mixes=True),
+    Method("memory-gate", _memory_gate, needs_run=True),
 )}
 """Every compared method by name, in the order the reports list them."""

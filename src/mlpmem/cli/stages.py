@@ -13,6 +13,7 @@ from pathlib import Path
 from mlpmem.errors import MlpmemError
 from mlpmem.experiments.ablation import run_study, study_table
 from mlpmem.inference.augmented_lm import MemoryAugmentedLM
+from mlpmem.inference.gate_io import load_gate
 from mlpmem.pipeline import records, require, run_pipeline, run_stage
 from mlpmem.pipeline.config import PipelineConfig
 from mlpmem.pipeline.evaluate import load_memory
@@ -119,7 +120,8 @@ def ablate(args: argparse.Namespace) -> None:
 
 
 def generate(args: argparse.Namespace) -> None:
-    """Continue ``--prompt`` with the backbone mixed with the run's memory (at the run's λ unless ``--lam``)."""
+    """Continue ``--prompt`` with the backbone mixed with the run's memory (at the run's λ unless ``--lam``; with
+    ``--gate`` at the λ_t of the run's learned gate)."""
     if not args.prompt.strip():
         raise MlpmemError("--prompt is empty: give the text to continue")
     if args.max_new_tokens < 1:
@@ -129,9 +131,16 @@ def generate(args: argparse.Namespace) -> None:
     records.check_upstream(the_run, "train")
     records.check(the_run, "train")
     records.verify_memory(the_run)
+    if args.gate and args.lam is not None:
+        raise MlpmemError("--gate and --lam exclude each other: the gate chooses λ_t at every position")
+    if args.gate and not (the_run.layout.gate / "gate.json").is_file():
+        config = the_run.config_file or "CONFIG"
+        raise MlpmemError(f"no gate in {the_run.layout.gate}: train it with `mlpmem gate {config}`")
     lam = args.lam if args.lam is not None else _results_lambda(the_run)
     model, tokenizer = the_run.backbone
-    mixed = MemoryAugmentedLM(model, load_memory(the_run), lam=lam, tokenizer=tokenizer)
+    memory = load_memory(the_run)
+    gate = load_gate(the_run.layout.gate, memory) if args.gate else None
+    mixed = MemoryAugmentedLM(model, memory, lam=lam, tokenizer=tokenizer, gate=gate)
     inputs = tokenizer([args.prompt], return_tensors="pt")
     if inputs["input_ids"].shape[1] == 0:
         raise MlpmemError("--prompt encodes to no token with this tokenizer: give some text")

@@ -74,6 +74,7 @@ PIPELINE = [
         *RUN,
         Arg("--prompt", required=True, help="the text to continue"),
         Arg("--lam", type=float, help="memory weight (default: the λ chosen on validation)"),
+        Arg("--gate", action="store_true", help="mix with the run's learned gate λ_t (mlpmem gate) instead of one λ"),
         Arg("--max-new-tokens", type=int, default=40, help="tokens generated"),
         Arg("--sample", action="store_true", help="nucleus sampling instead of greedy decoding"))),
     Command("demo", "", f"{STAGES}:demo", "the whole pipeline on the shipped default", (

@@ -68,6 +68,9 @@ def test_qa_report_end_to_end(qa_setup, capsys):
     assert bench["methods"]["memory"]["lambda"] in (0.0, 0.5)
     assert bench["methods"]["knnlm"]["lambda"] in (0.0, 0.5)
     assert bench["methods"]["lora"]["rank"] >= 1
+    gated = bench["methods"]["memory-gate"]  # the gate trained on the memory run's validation text, then used
+    assert gated["gate"] is True and 0.0 <= gated["gate_text_ppl"]["mean_gate"] <= 1.0
+    assert (tmp / "qa" / "synthetic" / "memory-run" / "gate" / "gate.json").is_file()
     assert bench["methods"]["lora"]["target_parameters"] == bench["memory_run"]["memory_trainable_parameters"]
     nr = bench["methods"]["backbone"]["no_regression"]
     assert nr["qa_wikidata"]["n"] == 2 and nr["general_knowledge"]["n"] == 2

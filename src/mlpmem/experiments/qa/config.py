@@ -15,7 +15,7 @@ from mlpmem.inference.mixing import check_lambda
 from mlpmem.inference.prompts import demonstrations
 
 BENCHMARKS = ("synthetic", "disfl_qa")
-NO_REGRESSION_METHODS = ("backbone", "knnlm", "cpt", "lora", "memory")
+NO_REGRESSION_METHODS = ("backbone", "knnlm", "cpt", "lora", "memory", "memory-gate")
 """The methods that change the model itself (RAG only changes the prompt)."""
 
 

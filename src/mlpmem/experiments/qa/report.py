@@ -17,7 +17,8 @@ from mlpmem.experiments.ablation import study_table
 from mlpmem.reporting.tables import DASH, count, fixed, markdown_table, mebibytes
 
 LABELS = {"backbone": "backbone", "rag-dense": "RAG-dense", "rag-bm25": "RAG-BM25", "knnlm": "kNN-LM", "cpt": "CPT",
-          "lora": "LoRA", "memory": "MLP Memory"}
+          "lora": "LoRA", "memory": "MLP Memory",
+          "memory-gate": "MLP Memory + gate"}
 PAPER = {  # Mistral-7B-v0.3 QA average (paper Table 1) and the ablation findings (Fig. 6, App. F/I/J)
     "qa": {"backbone": 32.12, "rag-dense": 33.38, "knnlm": 32.57, "cpt": 30.53, "lora": 32.28, "memory": 36.06},
 }

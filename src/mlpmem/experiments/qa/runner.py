@@ -22,8 +22,11 @@ from mlpmem.experiments.qa.synthetic import SyntheticConfig, chance_accuracy, ge
 from mlpmem.inference.mixing import check_lambda
 from mlpmem.pipeline import run_pipeline
 from mlpmem.pipeline.config import PipelineConfig
+from mlpmem.pipeline.gate import stage_gate
 from mlpmem.pipeline.run import Run
+from mlpmem.reporting.gate_report import write_gate_report
 from mlpmem.utils.io import read_jsonl
+from mlpmem.utils.lock import folder_lock
 from mlpmem.utils.shards import read_json, write_json
 
 SAMPLE_PREDICTIONS = 20
@@ -92,9 +95,25 @@ def _tuned(ctx: Context, built: Built) -> dict:
     return {"lambda": lam, "validation_curve": curve, **_evaluate_splits(ctx, make(lam), built.prompts)}
 
 
+def ensure_gate(ctx: Context) -> dict:
+    """The memory run's learned gate, trained (on the run's validation text, never its test) if it is not there;
+    returns the gate's perplexity comparison on the run's test text."""
+    path = ctx.run.layout.gate / "results.json"
+    if not path.exists():
+        with folder_lock(ctx.run.layout.gate, f"mlpmem qa report ({ctx.name}: memory-gate)"):
+            entry = stage_gate(ctx.run, ctx.run.cfg.gate, decode_tokens=0)
+            write_gate_report(ctx.run.layout.gate, ctx.name, {k: v for k, v in entry.items() if k != "lambda_t"},
+                              entry["lambda_t"], "mlpmem qa report")
+    entry = read_json(path, "gate results")["corpora"][ctx.name]
+    return {k: entry[k] for k in ("ppl_fixed", "ppl_gate", "mean_gate", "lambda_fixed")}
+
+
 def run_method(ctx: Context, name: str) -> tuple[Built, dict]:
     """One method built from the benchmark's memory run and scored: ``(built, result)``."""
+    gate = ensure_gate(ctx) if name == "memory-gate" else {}
     built = build_method(name, ctx.run.dir, ctx.backbone, ctx.options)
+    if gate:
+        built.info["gate_text_ppl"] = gate
     scores = _tuned(ctx, built) if METHODS[name].mixes else _evaluate_splits(ctx, built.model, built.prompts)
     return built, {**built.info, **scores, **built.cost}
 
