@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+import yaml
 
 from helpers.corpus import write_corpus
 from helpers.tiny import VOCAB, tiny_backbone
@@ -111,3 +112,20 @@ def test_bench_infer_end_to_end(finished_run):
     assert saved["methods"]["memory"]["2"]["input_tokens"] == 8
     assert "| memory |" in (root / "out" / "report.md").read_text()
     assert (root / "out" / "speed.png").stat().st_size > 5000
+
+
+def test_bench_infer_times_the_gated_memory_beside_the_fixed_one(finished_run):
+    root, config = finished_run
+    run = ["--quiet", "--set", f"run_dir={root / 'run'}"]
+    backbone = yaml.safe_load(config.read_text())["backbone"]["name"]
+    corpus = yaml.safe_load(config.read_text())["corpus"]["path"]
+    sets = ["--set", f"backbone.name={backbone}", "--set", f"corpus.path={corpus}"]
+    assert cli_main(["gate", "configs/tiny.yaml", *run, *sets, "--decode-tokens", "0"]) == 0
+    cfg = InferBenchConfig(prompt_tokens=8, new_tokens=3, batch_sizes=[1], repeats=2, warmup=1, ladder=False,
+                           methods=["backbone", "memory", "memory-gate"], out_dir=str(root / "out-gate"), threads=1)
+    results = main(str(config), cfg, progress=False)
+    assert set(results["methods"]) == {"backbone", "memory", "memory-gate"}
+    ratio = results["ratios"]["memory-gate"]["1"]["decode_vs_backbone"] / results["ratios"]["memory"]["1"][
+        "decode_vs_backbone"]
+    assert results["gate_decode_ratio"] == {"1": ratio} and ratio > 0
+    assert "learned gate / fixed λ: batch 1" in (root / "out-gate" / "report.md").read_text()

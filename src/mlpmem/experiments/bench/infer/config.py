@@ -8,9 +8,10 @@ from mlpmem.config import Config
 from mlpmem.errors import ConfigError
 from mlpmem.experiments.bench.knn_setup import KnnSetupConfig
 
-TIMED_METHODS = ("backbone", "memory", "knnlm", "rag", "knnlm-exact")
+TIMED_METHODS = ("backbone", "memory", "knnlm", "rag", "knnlm-exact", "memory-gate")
 """``rag`` is the registry's ``rag-<rag_retriever>``; ``knnlm`` and ``knnlm-exact`` are its ``knnlm`` over the
-benchmark's large datastore, searched by the IVF-PQ index or exactly."""
+benchmark's large datastore, searched by the IVF-PQ index or exactly; ``memory-gate`` the memory mixed by the
+run's learned gate (``mlpmem gate``)."""
 DEFAULT_METHODS = TIMED_METHODS[:4]
 BATCH1_ONLY = ("knnlm-exact",)  # brute force over every key per step: timed at batch 1 only
 FALLBACK_LAMBDA = {"memory": 0.3, "knnlm": 0.2}  # timed instead of a chosen λ = 0, which skips the method

@@ -20,7 +20,7 @@ from mlpmem.experiments.bench.infer.measure import (
     summaries,
     weight_limits,
 )
-from mlpmem.experiments.bench.infer.report import plot, report
+from mlpmem.experiments.bench.infer.report import gate_ratios, plot, report
 from mlpmem.experiments.bench.infer.setup import knn_method, prompt_windows, rag_method, split_documents, timed
 from mlpmem.pipeline.config import PipelineConfig
 
@@ -41,6 +41,10 @@ def run_bench(config_path: str, cfg: InferBenchConfig, progress: bool = True) ->
     info: dict = {"chosen_lambda": chosen, "memory": {"lambda": lam, "fused_head": mixed.fuse_head,
                                                       "layers": memory.config.num_layers,
                                                       "tie_head": memory.config.tie_head}}
+    if "memory-gate" in cfg.methods:
+        gated = build_method("memory-gate", run_dir, backbone).model
+        methods["memory-gate"] = TimedMethod("memory-gate", context=gated.active)
+        info["memory-gate"] = {"gate": gated.gate.config.to_dict(), "fused_head": gated.fuse_head}
     ladder = memory_variants(model, memory, lam) if cfg.ladder else {}
     for name, variant in ladder.items():
         methods[name] = TimedMethod(name, context=variant.active)
@@ -54,6 +58,7 @@ def run_bench(config_path: str, cfg: InferBenchConfig, progress: bool = True) ->
     prompts = prompt_windows(split_documents(run_cfg, "test"), tokenizer, cfg.prompt_tokens, max(cfg.batch_sizes))
     samples = interleaved(model, methods, prompts, cfg, set(ladder) | set(BATCH1_ONLY), progress)
     results = summaries(samples)
+    results["gate_decode_ratio"] = gate_ratios(results)
     results.update(info=info, limits=weight_limits(model, memory), mixing=mixing_microbench(
         memory.config.vocab_size, lam if 0 < lam < 1 else 0.5), machine=machine(n_threads),
                    config=asdict(cfg), run_config=config_path, seconds_total=None)
