@@ -1,6 +1,7 @@
 """Every QA method end to end on a tiny backbone and a tiny synthetic benchmark, through the CLI, plus the report."""
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -123,9 +124,10 @@ def test_suite_config_validation(tmp_path):
         QASuiteConfig(benchmarks={"synthetic": {"pipeline": "x"}}, methods=["memory"])
     with pytest.raises(ConfigError, match="shots"):
         QASuiteConfig(benchmarks={"synthetic": {"pipeline": "x"}}, shots=-1)
-    cfg = QASuiteConfig.from_yaml("configs/qa/report.yaml")
-    assert set(cfg.benchmarks) == {"synthetic", "disfl_qa"}
-    assert {"backbone", "memory"} <= set(cfg.methods) <= set(METHODS)
+    for preset in sorted(Path("configs/qa").glob("*.yaml")):  # every QA preset loads
+        cfg = QASuiteConfig.from_yaml(str(preset))
+        assert set(cfg.benchmarks) == {"synthetic", "disfl_qa"}, preset
+        assert {"backbone", "memory", "memory-gate"} <= set(cfg.methods) <= set(METHODS), preset
 
 
 def test_results_under_the_old_backbone_name_are_read(tmp_path, tiny_llama, tiny_tokenizer):
