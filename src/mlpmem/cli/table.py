@@ -107,6 +107,19 @@ PIPELINE = [
                     help="training-split caps, one run each (0: the whole split)"),
                 Arg("--out", dest="out_dir", default="runs/data-scaling",
                     help="folder of the runs (runs/train-N/) and the report"))),
+    Command("lm-eval", "", "mlpmem.cli.harness:lm_eval",
+            "lm-evaluation-harness on a run's memory, backbone or kNN-LM (docs/lm-eval.md)", (
+                Arg("--tasks", required=True, help="comma-separated lm-eval task names"),
+                Arg("--model", default="mlpmem", help="lm-eval model type: mlpmem, or hf on a saved folder"),
+                Arg("--model-args", help="e.g. run=runs/quick,lam=auto,method=memory"),
+                Arg("--include-path", help="folder of local task YAML files"),
+                Arg("--local-only", action="store_true", help="index only the --include-path tasks (faster)"),
+                Arg("--limit", type=float, help="items per task (a fraction if below 1)"),
+                Arg("--num-fewshot", type=int, help="few-shot examples per item"),
+                Arg("--batch-size", default="1", help="requests per forward, or auto"),
+                Arg("--device", help="cpu, cuda, cuda:1... (default: cuda if there is one, else cpu)"),
+                Arg("--log-samples", action="store_true", help="keep every request and response in --output"),
+                Arg("--output", help="write lm-eval's results to this JSON file"))),
 ]
 
 EXPERIMENTS = [

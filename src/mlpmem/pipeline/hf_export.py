@@ -1,0 +1,65 @@
+"""A finished run folder as a transformers model: :func:`augmented_from_run` and :func:`open_run`.
+
+The model is built as ``mlpmem generate`` builds it: the run's trained memory (its stage records checked, its
+files against their checksums) on the run's backbone, at the λ the run's evaluation chose on validation unless
+one is given, optionally with the run's learned gate (``gate/``) instead of the fixed λ. The result is a
+:class:`~mlpmem.inference.hf_model.MemoryAugmentedForCausalLM` whose ``save_pretrained`` writes one folder that
+``AutoModelForCausalLM.from_pretrained`` loads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mlpmem.config import read_yaml
+from mlpmem.errors import ConfigError
+from mlpmem.inference.augmented_lm import MemoryAugmentedLM
+from mlpmem.inference.gate_io import load_gate
+from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
+from mlpmem.inference.mixing import check_lambda
+from mlpmem.pipeline import records, require
+from mlpmem.pipeline.config import PipelineConfig
+from mlpmem.pipeline.gate import fixed_lambda, load_run_memory
+from mlpmem.pipeline.run import Run
+
+AUTO = "auto"
+
+
+def open_run(run_dir: str | Path, progress: bool = False) -> Run:
+    """The run in ``run_dir`` with the configuration it recorded (``config.yaml``), wherever it is opened from."""
+    run_dir = Path(run_dir).expanduser()
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{run_dir} is not a run folder: {path} is missing (run `mlpmem run CONFIG` first)")
+    raw = read_yaml(path)
+    raw["run_dir"] = str(run_dir)  # the recorded run_dir may be relative to where the run was started
+    return Run(PipelineConfig.from_dict(raw), progress=progress, config_file=path)
+
+
+def run_lambda(run: Run, lam: float | str = AUTO) -> float:
+    """``lam`` checked, or with ``"auto"`` the λ the run's evaluation chose on validation (for this memory)."""
+    if lam == AUTO:
+        return fixed_lambda(run)
+    if isinstance(lam, str):
+        raise ConfigError(f"lam must be 'auto' or a number in [0, 1], got {lam!r}")
+    return check_lambda(lam, "lam")
+
+
+def augmented_from_run(run_dir: str | Path, lam: float | str = AUTO, gate: bool = False
+                       ) -> MemoryAugmentedForCausalLM:
+    """The memory-augmented model of a finished run: memory at ``lam`` ("auto": the run's), or with ``gate``
+    the run's learned gate (``mlpmem gate``), which then sets λ_t per position."""
+    run = open_run(run_dir)
+    require(run, ("train",))
+    records.check_upstream(run, "train")
+    records.check(run, "train")
+    memory = load_run_memory(run)  # checksums and finite weights first, then the backbone fingerprint
+    lam = run_lambda(run, lam)
+    learned = None
+    if gate:
+        if not (run.layout.gate / "gate.json").is_file():
+            raise ConfigError(f"the run {run.dir} has no learned gate: run `mlpmem gate {run.config_file}` first")
+        learned = load_gate(run.layout.gate, memory)
+    model, tokenizer = run.backbone
+    mixed = MemoryAugmentedLM(model, memory, lam=lam, tokenizer=tokenizer, gate=learned)
+    return MemoryAugmentedForCausalLM.from_augmented(mixed, tokenizer, backbone=run.cfg.backbone.name)

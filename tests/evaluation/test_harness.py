@@ -1,0 +1,208 @@
+"""The lm-eval adapter on a finished tiny run: its scores are our own mixing's, on local JSON tasks, offline.
+
+loglikelihood equals the sum of the mixed log-probs computed directly (memory, backbone, kNN-LM),
+loglikelihood_rolling equals the wrapper's own causal-LM loss on the same text, generate_until is the
+wrapper's greedy continuation cut at the stop string; ``mlpmem lm-eval`` and lm-eval's ``hf`` type on a
+saved folder give the same scores; bad model arguments are one-line errors.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from lm_eval import simple_evaluate
+
+import mlpmem.utils.shards
+from helpers.corpus import write_corpus
+from helpers.fast import quiet_and_fast  # noqa: F401 (autouse: no fsync, one thread)
+from mlpmem.backbone import load_backbone
+from mlpmem.baselines.methods import build_method
+from mlpmem.cli import main
+from mlpmem.errors import ConfigError
+from mlpmem.evaluation.harness import MlpmemLM, evaluate, task_manager
+from mlpmem.inference.augmented_lm import MemoryAugmentedLM
+from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
+from mlpmem.pipeline.hf_export import augmented_from_run
+
+DOCS = [
+    {"context": "The old lighthouse keeper", "target": " walked along the shore",
+     "text": "The keeper lit the lamp early and watched the waves break on the rocks."},
+    {"context": "He counted the gulls", "target": " and the boats", "text": "In spring the fishermen returned."},
+    {"context": "When the storm came in November,", "target": " the boats stayed home",
+     "text": "He wrote their numbers in a small green book."},
+]
+TASKS = {
+    "tiny_ll": "output_type: loglikelihood\ndoc_to_text: '{{context}}'\ndoc_to_target: '{{target}}'\n"
+               "target_delimiter: ''\nmetric_list: [{metric: acc}]\n",
+    "tiny_roll": "output_type: loglikelihood_rolling\ndoc_to_text: ''\ndoc_to_target: '{{text}}'\n"
+                 "metric_list: [{metric: word_perplexity}]\n",
+}
+
+
+def write_task(folder, name: str, body: str, data) -> None:
+    """A task YAML reading ``data`` (a JSON lines file) through datasets' ``json`` builder, cached in ``folder``."""
+    (folder / f"{name}.yaml").write_text(
+        f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files: {{test: '{data}'}}\n"
+        f"  cache_dir: '{folder / 'cache'}'\ntest_split: test\n{body}")
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tasks")
+    data = folder / "docs.jsonl"
+    data.write_text("".join(json.dumps(d) + "\n" for d in DOCS))
+    for name, body in TASKS.items():
+        write_task(folder, name, body, data)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, tiny_backbone_dir):
+    """A finished tiny run (``mlpmem run configs/tiny.yaml`` on the tiny backbone)."""
+    root = tmp_path_factory.mktemp("run")
+    corpus = write_corpus(root / "corpus", 10)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(mlpmem.utils.shards, "FSYNC", False)
+        mp.setenv("MLPMEM_THREADS", "1")
+        assert main(["run", "configs/tiny.yaml", "--quiet", "--set", f"run_dir={root / 'run'}",
+                     "--set", f"backbone.name={tiny_backbone_dir}", "--set", f"corpus.path={corpus}"]) == 0
+    return root / "run"
+
+
+def run_lambda(run_dir) -> float:
+    return json.loads((run_dir / "results.json").read_text())["lambda"]
+
+
+def scores(lm, tasks, names=("tiny_ll",)) -> dict[str, list]:
+    """Per task, the responses of lm-eval's requests in document order."""
+    out = simple_evaluate(model=lm, tasks=list(names), task_manager=task_manager(tasks, local_only=True),
+                          log_samples=True)
+    return {name: [s["resps"][0][0] for s in sorted(out["samples"][name], key=lambda s: s["doc_id"])]
+            for name in names}
+
+
+def direct_loglikelihood(forward, tokenizer, context: str, continuation: str) -> float:
+    """Σ log p(continuation | context) from ``forward(ids) -> mixed log-probs (1, T, V)``, tokenized as lm-eval
+    does (the whole string, split after the context's tokens)."""
+    whole = tokenizer.encode(context + continuation)
+    n_context = len(tokenizer.encode(context))
+    with torch.no_grad():
+        logp = forward(torch.tensor([whole]))[0, n_context - 1 : -1]  # (T_cont, V)
+    return logp.gather(1, torch.tensor(whole[n_context:])[:, None]).sum().item()
+
+
+def test_from_run_is_the_generate_commands_model(run_dir):
+    """λ "auto" is the run's validation choice; the logits are those of MemoryAugmentedLM on the run's memory."""
+    model = augmented_from_run(run_dir)
+    assert isinstance(model, MemoryAugmentedForCausalLM) and model.lam == run_lambda(run_dir)
+    backbone, tokenizer = load_backbone(model.config.backbone)
+    plain = MemoryAugmentedLM.from_pretrained(run_dir / "memory", backbone, tokenizer, lam=model.lam)
+    ids = torch.tensor([tokenizer.encode(DOCS[0]["text"])])
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids).logits, plain(input_ids=ids).logits)
+    assert augmented_from_run(run_dir, lam=0.25).lam == 0.25
+    with pytest.raises(ConfigError, match="no learned gate"):
+        augmented_from_run(run_dir, gate=True)
+
+
+@pytest.mark.parametrize("lam", ["auto", 0.0, 1.0])
+def test_loglikelihood_is_the_sum_of_the_mixed_log_probs(run_dir, tasks, lam):
+    lm = MlpmemLM(run=str(run_dir), lam=lam, batch_size=2)
+    got = scores(lm, tasks)["tiny_ll"]
+    backbone, tokenizer = load_backbone(lm.model.config.backbone)
+    plain = MemoryAugmentedLM.from_pretrained(run_dir / "memory", backbone, tokenizer,
+                                              lam=run_lambda(run_dir) if lam == "auto" else lam)
+    for doc, (loglik, _) in zip(DOCS, got):
+        expected = direct_loglikelihood(lambda ids: plain(input_ids=ids).logits, tokenizer, doc["context"],
+                                        doc["target"])
+        assert math.isclose(loglik, expected, rel_tol=1e-5, abs_tol=1e-4)
+    if lam == 0.0:  # the backbone exactly (lm-eval's log_softmax of log-probs only rounds)
+        for doc, (loglik, _) in zip(DOCS, got):
+            expected = direct_loglikelihood(lambda ids: F.log_softmax(backbone(input_ids=ids).logits, -1),
+                                            tokenizer, doc["context"], doc["target"])
+            assert math.isclose(loglik, expected, rel_tol=1e-5, abs_tol=1e-4)
+
+
+def test_loglikelihood_rolling_is_the_wrappers_perplexity_loss(run_dir, tasks):
+    lm = MlpmemLM(run=str(run_dir), batch_size=3)
+    got = scores(lm, tasks, ("tiny_roll",))["tiny_roll"]
+    model, tokenizer = lm.model, lm.tokenizer
+    for doc, loglik in zip(DOCS, got):
+        ids = torch.tensor([[lm.prefix_token_id, *tokenizer.encode(doc["text"])]])  # lm-eval's first window
+        with torch.no_grad():
+            loss = model(input_ids=ids, labels=ids).loss  # mean NLL of the mixture over the text's tokens
+        assert math.isclose(loglik, -loss.item() * (ids.shape[1] - 1), rel_tol=1e-5, abs_tol=1e-4)
+
+
+@pytest.mark.parametrize("method", ["backbone", "knnlm"])
+def test_the_other_methods_score_their_own_distribution(run_dir, tasks, method):
+    lm = MlpmemLM(run=str(run_dir), method=method, batch_size=2)
+    got = scores(lm, tasks)["tiny_ll"]
+    backbone, tokenizer = load_backbone(lm.model.config.name_or_path)
+    if method == "backbone":
+        def forward(ids):
+            return F.log_softmax(backbone(input_ids=ids).logits, -1)
+    else:
+        decoder = build_method("knnlm", run_dir, (backbone, tokenizer)).model
+
+        def forward(ids):
+            return decoder(input_ids=ids).logits
+    for doc, (loglik, _) in zip(DOCS, got):
+        expected = direct_loglikelihood(forward, tokenizer, doc["context"], doc["target"])
+        assert math.isclose(loglik, expected, rel_tol=1e-5, abs_tol=1e-4)
+
+
+def test_generate_until_is_the_wrappers_greedy_text_cut_at_the_stop(run_dir, tasks, tmp_path):
+    lm = MlpmemLM(run=str(run_dir), batch_size=3)
+    model, tokenizer = lm.model, lm.tokenizer
+    prompt = DOCS[0]["context"]
+    ids = model.generate(**tokenizer([prompt], return_tensors="pt"), max_new_tokens=8, do_sample=False)
+    text = tokenizer.decode(ids[0, len(tokenizer.encode(prompt)):], skip_special_tokens=True)
+    stop = text[3:5]  # a stop string the greedy continuation reaches
+    assert stop and len(text) > 5
+    write_task(tmp_path, "tiny_gen", "output_type: generate_until\ndoc_to_text: '{{context}}'\n"
+               f"doc_to_target: '{{{{target}}}}'\ngeneration_kwargs: {{until: [{json.dumps(stop)}], "
+               "max_gen_toks: 8, do_sample: false}\nmetric_list: [{metric: exact_match}]\n", tasks / "docs.jsonl")
+    got = scores(lm, tmp_path, ("tiny_gen",))["tiny_gen"]
+    assert got[0] == text[: text.index(stop)]
+
+
+def test_the_command_and_lm_evals_hf_type_on_a_saved_folder_agree(run_dir, tasks, tmp_path, capsys):
+    folder = augmented_from_run(run_dir).save_pretrained(tmp_path / "saved")
+    out = tmp_path / "results.json"
+    assert main(["lm-eval", "--tasks", "tiny_ll", "--include-path", str(tasks), "--local-only", "--model-args",
+                 f"run={run_dir}", "--log-samples", "--output", str(out)]) == 0
+    assert "tiny_ll" in capsys.readouterr().out
+    ours = sorted(json.loads(out.read_text())["samples"]["tiny_ll"], key=lambda s: s["doc_id"])
+    hf = evaluate(["tiny_ll"], "hf", f"pretrained={folder},backend=causal", include_path=tasks, local_only=True,
+                  log_samples=True)
+    theirs = sorted(hf["samples"]["tiny_ll"], key=lambda s: s["doc_id"])
+    for a, b in zip(ours, theirs):
+        assert math.isclose(a["resps"][0][0][0], b["resps"][0][0][0], rel_tol=1e-6)
+
+
+@pytest.mark.parametrize("args, message", [
+    (dict(run="r", method="rag"), "unknown method 'rag'"),
+    (dict(run="r", lam=1.5), "lam must be in"),
+    (dict(run="r", lam="high"), "lam must be"),
+    (dict(), "exactly one of run="),
+    (dict(run="r", pretrained="p"), "exactly one of run="),
+    (dict(run="r", method="backbone", lam=0.2), "not backbone"),
+    (dict(run="r", method="knnlm", gate=True), "must be memory"),
+])
+def test_bad_model_args_are_one_line_errors(args, message):
+    with pytest.raises(ConfigError, match=message) as exc:
+        MlpmemLM(**args)
+    assert "\n" not in str(exc.value)
+
+
+def test_a_run_without_a_memory_and_an_unknown_task_are_one_line_errors(tmp_path, tasks, capsys):
+    assert main(["lm-eval", "--tasks", "tiny_ll", "--include-path", str(tasks), "--local-only", "--model-args",
+                 f"run={tmp_path}"]) == 2
+    assert "is not a run folder" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="unknown task"):
+        evaluate(["nope"], model_args=f"run={tmp_path}", include_path=tasks, local_only=True)
