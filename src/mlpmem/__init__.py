@@ -16,6 +16,8 @@ _API = {
     "MemoryConfig": "mlpmem.memory",
     "MLPMemory": "mlpmem.memory",
     "MemoryAugmentedLM": "mlpmem.inference.augmented_lm",
+    "MemoryAugmentedForCausalLM": "mlpmem.inference.hf_model",
+    "augmented_from_run": "mlpmem.pipeline.hf_export",
     "PipelineConfig": "mlpmem.pipeline.config",
     "Run": "mlpmem.pipeline.run",
     "run_pipeline": "mlpmem.pipeline",
