@@ -15,6 +15,7 @@
       timings.json           seconds and tokens/s of every stage
       ablations/<study>/     variants of the memory trained on this run's datastore
       gate/                  the learned gate (gate.json + gate.safetensors), its feature cache and report
+      maintenance/           documents added or forgotten since the run was built, and each operation's record
       stages/<stage>.json    what each stage was built from (the settings it depends on), checked on reuse
       memory.sha256.json     the checksums of memory/'s files, checked whenever the memory is loaded
       .lock                  held by the command writing the folder (pid, host, command)
@@ -31,7 +32,7 @@ from pathlib import Path
 WRITTEN = frozenset({"config.yaml", "corpus", "tokens", "datastore", "eval", "knnlm", "teacher", "train", "memory",
                      "learning_curve.png", "results.json", "report.md", "lambda.png", "timings.json", "ablations",
                      "stages", "memory.sha256.json", ".lock", "train-bench", "bench-report.md", "bench-results.json",
-                     "gate"})
+                     "gate", "maintenance"})
 """Every name mlpmem writes at the top of a run folder (``train-bench``, ``bench-*``: the offline benchmark's, which
 runs in a folder of its own), besides temporaries (:func:`is_written`)."""
 
@@ -145,3 +146,9 @@ class RunLayout:
     def gate(self) -> Path:
         """The learned gate of the memory (:mod:`mlpmem.inference.gate_io`), its features and report."""
         return self.root / "gate"
+
+    @property
+    def maintenance(self) -> Path:
+        """What ``mlpmem update`` / ``forget`` changed (:mod:`mlpmem.maintenance`): its manifest, the added
+        documents' texts and the operation in progress."""
+        return self.root / "maintenance"

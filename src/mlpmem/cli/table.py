@@ -48,6 +48,19 @@ MODEL = Arg("--model", choices="mlpmem.experiments.mosaics.cli:MODELS", default=
             help="which model(s): Memory Mosaics, the matched Transformer, or both")
 
 
+def _maintenance(*extra: Arg) -> tuple[Arg, ...]:
+    """The arguments of ``update``, ``forget`` and ``explain``: ``RUN`` and the maintenance settings."""
+    return (Arg("run", help="a finished run folder (its config.yaml says how it was built)"), *extra,
+            Arg("--config", help="YAML of the maintenance settings (configs/maintenance/default.yaml)"),
+            Arg("--set", action="append", default=[], metavar="KEY=VALUE",
+                help="override a maintenance setting, e.g. --set update.replay_ratio=2"),
+            Arg("--backbone", help="the run's backbone under another name or folder (its fingerprint is checked)"),
+            QUIET)
+
+
+ABORT = Arg("--abort", action="store_true", help="discard an unfinished update or forget instead")
+
+
 def _bench(config: str) -> tuple[Arg, ...]:
     """The options shared by ``bench infer`` and ``bench offline``; left out, ``config``'s defaults apply."""
     return (Arg("config", nargs="?", default="configs/default.yaml", help="YAML config of the finished run to measure"),
@@ -107,6 +120,26 @@ PIPELINE = [
                     help="training-split caps, one run each (0: the whole split)"),
                 Arg("--out", dest="out_dir", default="runs/data-scaling",
                     help="folder of the runs (runs/train-N/) and the report"))),
+    Command("update", "", "mlpmem.cli.maintenance:update",
+            "add documents to a finished run without rebuilding it", _maintenance(
+                Arg("--add", metavar="DOCS", help="a .jsonl of {'text', 'id'} or a text file, one document a line"),
+                ABORT)),
+    Command("forget", "", "mlpmem.cli.maintenance:forget",
+            "remove documents from a finished run and from its memory", _maintenance(
+                Arg("--docs", metavar="IDS", help="comma-separated document ids or names"), ABORT)),
+    Command("explain", "", "mlpmem.cli.maintenance:explain",
+            "the training documents behind each prediction of a run's memory", _maintenance(
+                Arg("--prompt", required=True, help="the text to explain"),
+                Arg("--max-new-tokens", type=int, default=0, help="also generate and explain this many tokens"),
+                Arg("--html", metavar="PATH", help="also write the explanation as an HTML page"),
+                Arg("--json", metavar="PATH", help="also write it as JSON"))),
+    Command("update-study", "", "mlpmem.experiments.update_study:cmd_update_study",
+            "synthetic facts: update vs retrain, forget, explain (the maintenance table)", (
+                Arg("config", help="YAML of the study (configs/maintenance/study.yaml)"),
+                Arg("--out", required=True, help="folder of its runs, report.md and results.json"),
+                Arg("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a study setting, e.g. --set synthetic.num_entities=40"),
+                QUIET)),
     Command("lm-eval", "", "mlpmem.cli.harness:lm_eval",
             "lm-evaluation-harness on a run's memory, backbone or kNN-LM (docs/lm-eval.md)", (
                 Arg("--tasks", required=True, help="comma-separated lm-eval task names"),

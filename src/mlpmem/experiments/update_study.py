@@ -1,0 +1,265 @@
+"""``mlpmem update-study CONFIG --out DIR``: the maintenance table on synthetic facts (issue 18).
+
+Fictional people (:mod:`mlpmem.experiments.qa.synthetic`) are split into the entities the run is built on, the
+entities that arrive later (``batches`` updates), the entities among the first that are forgotten at the end, and
+held-out entities that appear in no document (the chance level). The study
+
+1. builds the run on the first entities' biographies (the project's pipeline) and scores QA on every group;
+2. updates it with the arriving entities (``mlpmem update``, timed) and scores again;
+3. retrains a run from scratch on all documents (datastore, kNN-LM sweep, teacher, memory, timed) and scores it;
+4. asks ``explain`` about the correctly answered questions of the updated run: is the best document supporting the
+   answer's first token one of the entity's own biographies?
+5. forgets the chosen entities' documents (``mlpmem forget``) and scores again.
+
+QA is scored two ways on the same questions, with the memory mixed at a fixed λ: multiple choice (the answer
+against ``distractors`` other values of the attribute, by the mixed model's log-likelihood; chance is
+``1 / (1 + distractors)``) and, with ``em``, the project's generated answers (exact match). The table's rows use
+multiple choice; the report has both. Written to ``DIR``: ``report.md`` and ``results.json`` (one key per row).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlpmem.baselines.methods import closed_book_prompts
+from mlpmem.config import Config, apply_override, from_dict, read_yaml
+from mlpmem.errors import ConfigError, MlpmemError
+from mlpmem.experiments.qa.choice import continuation_logprobs
+from mlpmem.experiments.qa.eval_qa import GenerationConfig, evaluate_questions
+from mlpmem.experiments.qa.synthetic import ATTRIBUTES, SyntheticConfig, generate
+from mlpmem.experiments.update_study_report import table_rows, write_report
+from mlpmem.inference.augmented_lm import MemoryAugmentedLM
+from mlpmem.inference.prompts import qa_prompt
+from mlpmem.maintenance.config import load_maintenance_config
+from mlpmem.maintenance.explain import Explainer
+from mlpmem.maintenance.finetune import load_memory
+from mlpmem.maintenance.forget import forget_run
+from mlpmem.maintenance.update import update_run
+from mlpmem.pipeline import run_pipeline, run_stage
+from mlpmem.pipeline.config import PipelineConfig
+from mlpmem.pipeline.run import Run
+from mlpmem.utils.io import write_jsonl
+from mlpmem.utils.runtime import set_threads
+
+GROUPS = ("old", "arriving", "forgotten", "kept", "held_out")
+
+
+@dataclass
+class UpdateStudyConfig(Config):
+    pipeline: str = "configs/qa-synthetic.yaml"
+    """The pipeline preset of every run (its run_dir and corpus are set by the study)."""
+    pipeline_set: list[str] = field(default_factory=list)
+    """Overrides of the pipeline preset (``backbone.name=...``, ``train.epochs=...``)."""
+    synthetic: dict = field(default_factory=lambda: {"num_entities": 120, "held_out_fraction": 0.2,
+                                                     "paraphrases": 3, "seed": 0})
+    """Options of the facts generator (:class:`~mlpmem.experiments.qa.synthetic.SyntheticConfig`)."""
+    arriving_fraction: float = 0.25
+    """Share of the documented entities that arrive by ``update`` instead of being in the first run."""
+    batches: int = 1
+    """Updates the arriving entities are split into."""
+    forget_fraction: float = 0.15
+    """Share of the first run's entities whose documents are forgotten at the end."""
+    questions: int = 80
+    """Questions scored per group at most (four per entity)."""
+    distractors: int = 7
+    lam: float = 0.5
+    """Memory weight of the mixed model in every QA score."""
+    em: bool = True
+    shots: int = 4
+    """Format demonstrations before each generated answer (multiple choice takes none)."""
+    max_new_tokens: int = 10
+    explain_questions: int = 40
+    maintenance: list[str] = field(default_factory=list)
+    """Overrides of the maintenance settings (``update.epochs=3``)."""
+    docs_dir: str | None = None
+    """Also copy ``report.md`` and ``results.json`` here (e.g. ``docs/results/update``; the runs stay in ``--out``)."""
+    seed: int = 0
+
+    def validate(self) -> None:
+        if not 0 < self.arriving_fraction < 1 or not 0 < self.forget_fraction < 1:
+            raise ConfigError("update-study arriving_fraction and forget_fraction must be in (0, 1)")
+        if self.batches < 1 or self.questions < 1 or self.distractors < 1 or self.explain_questions < 0:
+            raise ConfigError("update-study batches, questions and distractors must be >= 1")
+        if not 0.0 <= self.lam <= 1.0:
+            raise ConfigError(f"update-study lam must be in [0, 1], got {self.lam}")
+        SyntheticConfig(**self.synthetic)
+
+
+def load_study_config(path: str | Path, overrides: list[str] | None = None) -> UpdateStudyConfig:
+    raw = read_yaml(path)
+    for item in overrides or []:
+        apply_override(raw, item)
+    return from_dict(UpdateStudyConfig, raw)
+
+
+# -- data
+
+
+def entity_groups(bench, cfg: UpdateStudyConfig) -> dict[str, list[str]]:
+    """Entity ids of each group: old (first run), arriving, forgotten (among old), kept (the rest), held out."""
+    rng = random.Random(f"update-study:{cfg.seed}")
+    trained = list(bench.trained)
+    arriving = sorted(rng.sample(trained, max(1, round(cfg.arriving_fraction * len(trained)))))
+    old = [e for e in trained if e not in set(arriving)]
+    forgotten = sorted(rng.sample(old, max(1, round(cfg.forget_fraction * len(old)))))
+    kept = sorted(set(trained) - set(forgotten))
+    return {"old": old, "arriving": arriving, "forgotten": forgotten, "kept": kept, "held_out": list(bench.held_out)}
+
+
+def entity_of(doc: dict) -> str:
+    return doc["id"].split(":")[0]
+
+
+def write_corpus(bench, entities: set[str], folder: Path) -> Path:
+    """train/validation/test JSONL of ``entities``' documents (validation/test: their unseen templates)."""
+    for split in ("train", "validation", "test"):
+        write_jsonl(folder / f"{split}.jsonl", [d for d in bench.documents[split] if entity_of(d) in entities])
+    return folder
+
+
+def questions_of(bench, entities: list[str], cap: int) -> list[dict]:
+    wanted = set(entities)
+    rows = [q for split in ("validation", "test", "held_out") for q in bench.questions[split] if q["entity"] in wanted]
+    return rows[:cap]
+
+
+# -- scores
+
+
+class Scorer:
+    """QA of a run's memory mixed with the backbone at a fixed λ: multiple choice and (optionally) EM."""
+
+    def __init__(self, bench, cfg: UpdateStudyConfig, backbone):
+        self.cfg, (self.model, self.tokenizer) = cfg, backbone
+        self.values = {a: bench.values(a) for a in ATTRIBUTES}
+
+    def choices(self, q: dict) -> list[str]:
+        rng = random.Random(f"choices:{q['id']}")
+        others = [v for v in self.values[q["attribute"]] if v not in q["answers"]]
+        return [q["answers"][0], *rng.sample(others, min(self.cfg.distractors, len(others)))]
+
+    def score(self, run: Run, questions: list[dict]) -> dict:
+        mixed = MemoryAugmentedLM(self.model, load_memory(run), lam=self.cfg.lam, tokenizer=self.tokenizer)
+        pairs, spans = [], []
+        for q in questions:
+            options = self.choices(q)
+            spans.append(len(options))
+            pairs += [(qa_prompt(q["question"]), " " + option) for option in options]
+        scores, correct, at = continuation_logprobs(mixed, self.tokenizer, pairs), [], 0
+        for n in spans:
+            correct.append(max(range(n), key=lambda i, s=scores[at : at + n]: s[i]) == 0)
+            at += n
+        out = {"choice": 100 * sum(correct) / max(1, len(correct)), "n": len(questions), "correct": correct}
+        if self.cfg.em:
+            gen = GenerationConfig(max_new_tokens=self.cfg.max_new_tokens, batch_size=16)
+            shots = self.cfg.shots
+            out["em"] = evaluate_questions(mixed, self.tokenizer, questions,
+                                           lambda qs: closed_book_prompts(qs, shots), gen)["em"]
+        return out
+
+
+def own_document_rate(run: Run, questions: list[dict], score: dict, limit: int) -> dict:
+    """Among the correctly answered ``questions``: how often ``explain``'s best document supporting the answer's
+    first token belongs to the question's entity."""
+    explainer = Explainer(run, load_maintenance_config().explain)
+    tokenizer, own, asked = run.backbone[1], 0, 0
+    for q, ok in zip(questions, score["correct"]):
+        if not ok or asked >= limit:
+            continue
+        prompt = qa_prompt(q["question"])
+        position = len(tokenizer(prompt, add_special_tokens=False)["input_ids"]) + 1  # the answer's first token
+        rows = explainer.explain(f"{prompt} {q['answers'][0]}").rows
+        supports = rows[position - 1].next_supports if len(rows) >= position else []
+        own += bool(supports) and entity_of({"id": supports[0].name}) == q["entity"]
+        asked += 1
+    return {"own": own, "asked": asked, "rate": own / asked if asked else None}
+
+
+# -- the study
+
+
+def pipeline_run(cfg: UpdateStudyConfig, folder: Path, corpus: Path, backbone, progress: bool) -> Run:
+    overrides = [f"run_dir={folder}", "corpus.name=null", f"corpus.path={corpus}", *cfg.pipeline_set]
+    run = Run(PipelineConfig.from_yaml(cfg.pipeline, overrides), progress)
+    if backbone is not None:
+        run._backbone = backbone  # one backbone for every run of the study
+    return run
+
+
+def retrain(run: Run) -> float:
+    """Seconds of every stage a from-scratch memory needs (datastore, kNN-LM sweep, teacher, training)."""
+    t0 = time.perf_counter()
+    for stage in ("datastore", "knnlm", "teacher", "train"):
+        run_stage(run, stage)
+    return time.perf_counter() - t0
+
+
+def run_study(cfg: UpdateStudyConfig, out: Path, progress: bool = True) -> dict:
+    """Every step of the module docstring; returns the results written to ``out/results.json``."""
+    set_threads()
+    if (out / "runs").exists():
+        raise MlpmemError(f"{out} already holds a study (runs/): give another --out")
+    bench = generate(SyntheticConfig(**cfg.synthetic))
+    groups = entity_groups(bench, cfg)
+    qs = {g: questions_of(bench, ids, cfg.questions) for g, ids in groups.items()}
+    base = pipeline_run(cfg, out / "runs" / "updated", write_corpus(bench, set(groups["old"]), out / "data" / "base"),
+                        None, progress)
+    scorer = Scorer(bench, cfg, base.backbone)
+    maintenance = load_maintenance_config(overrides=cfg.maintenance)
+    t0 = time.perf_counter()
+    run_pipeline(base)
+    timings = {"first_run_s": time.perf_counter() - t0}
+    scores = {"before": {g: scorer.score(base, qs[g]) for g in ("old", "arriving", "forgotten", "held_out")}}
+    timings["update_s"] = sum(_update_batches(bench, groups["arriving"], cfg, base, out, maintenance))
+    scores["updated"] = {g: scorer.score(base, qs[g]) for g in ("old", "arriving", "kept", "forgotten")}
+    scratch = pipeline_run(cfg, out / "runs" / "retrained", write_corpus(
+        bench, set(groups["old"]) | set(groups["arriving"]), out / "data" / "all"), base.backbone, progress)
+    timings["retrain_s"] = retrain(scratch)
+    core = scratch.timings()  # the stages' own measurements (recorded when a stage takes over a second)
+    timings["retrain_core_s"] = sum(core.get(k, {}).get("seconds", 0.0) for k in ("keys_train", "teacher", "train"))
+    scores["retrained"] = {g: scorer.score(scratch, qs[g]) for g in ("old", "arriving")}
+    asked = qs["arriving"] + qs["old"]
+    explained = own_document_rate(base, asked, {"correct": scores["updated"]["arriving"]["correct"] +
+                                                 scores["updated"]["old"]["correct"]}, cfg.explain_questions)
+    names = [d["id"] for d in bench.documents["train"] if entity_of(d) in set(groups["forgotten"])]
+    t0 = time.perf_counter()
+    forget_run(base, names, maintenance)
+    timings["forget_s"] = time.perf_counter() - t0
+    scores["forgotten"] = {g: scorer.score(base, qs[g]) for g in ("forgotten", "kept", "held_out")}
+    results = {**table_rows(scores, timings, explained, cfg),
+               "details": {"config": cfg.to_dict(), "groups": {g: len(v) for g, v in groups.items()},
+                           "timings": timings, "explain": explained, "scores": _strip(scores)}}
+    write_report(out, results)
+    if cfg.docs_dir:
+        write_report(Path(cfg.docs_dir), results)
+    return results
+
+
+def _update_batches(bench, arriving: list[str], cfg: UpdateStudyConfig, run: Run, out: Path, maintenance) -> list:
+    seconds = []
+    for b in range(cfg.batches):
+        batch = set(arriving[b :: cfg.batches])
+        path = out / "data" / f"update-{b + 1}.jsonl"
+        write_jsonl(path, [d for d in bench.documents["train"] if entity_of(d) in batch])
+        t0 = time.perf_counter()
+        update_run(run, path, maintenance)
+        seconds.append(time.perf_counter() - t0)
+    return seconds
+
+
+def _strip(scores: dict) -> dict:
+    return {step: {g: {k: v for k, v in s.items() if k != "correct"} for g, s in by.items()}
+            for step, by in scores.items()}
+
+
+def cmd_update_study(args: argparse.Namespace) -> None:
+    cfg = load_study_config(args.config, args.set)
+    results = run_study(cfg, Path(args.out), progress=not args.quiet)
+    for key, row in results.items():
+        if key != "details":
+            print(f"{key}: {row['value']} (target {row['target']}) {'pass' if row['pass'] else 'FAIL'}")
+    print(f"report: {Path(args.out) / 'report.md'}" + (f" (and {cfg.docs_dir})" if cfg.docs_dir else ""))

@@ -1,0 +1,109 @@
+"""The rows of the maintenance table (issue 18) from the update study's scores, and its report.
+
+One key per row of the table, each with its measured ``value``, the ``target`` and whether it is met (``pass``),
+plus what the value is made of. QA values are multiple-choice accuracy in percent
+(:class:`mlpmem.experiments.update_study.Scorer`); exact match of generated answers sits beside them (``em``).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from mlpmem.reporting.tables import DASH, markdown_table
+from mlpmem.utils.shards import write_json
+
+STEPS = ("before", "updated", "retrained", "forgotten")
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b
+
+
+def _em(scores: dict, pairs: dict[str, tuple[str, str]]) -> dict:
+    return {name: scores[step][group].get("em") for name, (step, group) in pairs.items()}
+
+
+def _row(measure: str, value: float | None, target: str, ok: bool, **parts) -> dict:
+    return {"measure": measure, "value": None if value is None else round(value, 4), "target": target,
+            "pass": bool(ok), **parts}
+
+
+def table_rows(scores: dict, timings: dict, explained: dict, cfg) -> dict:
+    """The six rows of the table (see the module docstring)."""
+    s = lambda step, group: scores[step][group]["choice"]  # noqa: E731
+    added = ratio(s("updated", "arriving"), s("retrained", "arriving"))
+    old = ratio(s("updated", "old"), s("before", "old"))
+    cost = ratio(timings["update_s"], timings["retrain_s"])
+    held, n_held = s("forgotten", "held_out"), scores["forgotten"]["held_out"]["n"]
+    margin = 2 * 100 * math.sqrt(max(held, 1.0) / 100 * (1 - min(held, 99.0) / 100) / max(1, n_held))
+    kept = ratio(s("forgotten", "kept"), s("updated", "kept"))
+    rate = explained["rate"]
+    return {
+        "qa_added_update_vs_retrain": _row(
+            "QA on the added entities after update, vs a memory retrained from scratch", added, ">= 0.90",
+            added is not None and added >= 0.90, update=s("updated", "arriving"), retrained=s("retrained", "arriving"),
+            em=_em(scores, {"update": ("updated", "arriving"), "retrained": ("retrained", "arriving")})),
+        "qa_old_after_update_vs_before": _row(
+            "QA on the old entities after update, vs before", old, ">= 0.95", old is not None and old >= 0.95,
+            before=s("before", "old"), after=s("updated", "old"),
+            em=_em(scores, {"before": ("before", "old"), "after": ("updated", "old")})),
+        "cost_update_vs_retrain": _row(
+            "wall time of update vs retraining from scratch", cost, "<= 0.25", cost is not None and cost <= 0.25,
+            update_s=round(timings["update_s"], 2), retrain_s=round(timings["retrain_s"], 2),
+            retrain_core_s=round(timings["retrain_core_s"], 2),
+            core_ratio=ratio(timings["update_s"], timings["retrain_core_s"])),
+        "qa_forgotten_after_forget": _row(
+            "QA on the forgotten entities after forget (held-out entities: chance)", s("forgotten", "forgotten"),
+            "<= held-out level (+2 standard errors)", s("forgotten", "forgotten") <= held + margin,
+            before=s("updated", "forgotten"), held_out=held, chance=100 / (1 + cfg.distractors),
+            em=_em(scores, {"before": ("updated", "forgotten"), "after": ("forgotten", "forgotten"),
+                            "held_out": ("forgotten", "held_out")})),
+        "qa_kept_after_forget": _row(
+            "QA on the other entities after forget, vs before", kept, ">= 0.95", kept is not None and kept >= 0.95,
+            before=s("updated", "kept"), after=s("forgotten", "kept"),
+            em=_em(scores, {"before": ("updated", "kept"), "after": ("forgotten", "kept")})),
+        "explain_top_document_is_own": _row(
+            "explain: the best supporting document is the entity's own, among correctly answered questions", rate,
+            ">= 0.90", rate is not None and rate >= 0.90, own=explained["own"], asked=explained["asked"]),
+    }
+
+
+def _cell(value) -> str:
+    return DASH if value is None else (f"{value:.3f}" if isinstance(value, float) else str(value))
+
+
+def _score_table(scores: dict) -> str:
+    groups = sorted({g for by in scores.values() for g in by})
+    rows = []
+    for group in groups:
+        row = [group]
+        for step in STEPS:
+            s = scores.get(step, {}).get(group)
+            row.append(DASH if s is None else f"{s['choice']:.1f}" + ("" if s.get("em") is None else
+                                                                      f" / {s['em']:.1f}"))
+        rows.append(row)
+    return markdown_table(["entities", *STEPS], rows)
+
+
+def write_report(out: Path, results: dict) -> None:
+    """``out/results.json`` and ``out/report.md``."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "results.json", results)
+    details = results["details"]
+    table = markdown_table(["measure", "value", "target", "met"],
+                           [[r["measure"], _cell(r["value"]), r["target"], "yes" if r["pass"] else "**no**"]
+                            for k, r in results.items() if k != "details"])
+    timings = markdown_table(["step", "seconds"], [[k, f"{v:.1f}"] for k, v in details["timings"].items()])
+    cfg = details["config"]
+    text = (f"# Updating and forgetting a memory: synthetic facts\n\n"
+            f"Written by `mlpmem update-study`. Entities per group: {details['groups']}. QA: multiple choice among "
+            f"{1 + cfg['distractors']} values (chance {100 / (1 + cfg['distractors']):.1f} %), memory mixed at "
+            f"λ = {cfg['lam']}; EM of generated answers after {cfg['shots']} demonstrations beside it.\n\n"
+            f"{table}\n\n## QA per group and step (multiple choice % / EM %)\n\n{_score_table(details['scores'])}\n\n"
+            f"## Wall time\n\n{timings}\n\nThe retraining time (`retrain_s`) covers every stage a memory built "
+            "from scratch needs: the datastore (training keys and the evaluation keystores), the kNN-LM sweep (it "
+            "chooses the teacher's temperature), the teacher and the memory; `retrain_core_s` only the training keys, "
+            "the teacher and the memory, as the stages recorded them (`timings.json`; a stage under one second is "
+            "not recorded). The update covers the new documents' keys, their teacher rows and the fine-tuning.\n")
+    (out / "report.md").write_text(text)

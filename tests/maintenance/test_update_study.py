@@ -1,0 +1,52 @@
+"""``mlpmem update-study`` end to end at a tiny size (a random backbone: the numbers mean nothing, the table's
+rows, the report and the runs are what is checked), and the maintenance presets load."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from helpers.fast import quiet_and_fast  # noqa: F401 (autouse: no fsync, one thread)
+from helpers.paths import CONFIGS
+from mlpmem.cli import main
+from mlpmem.errors import ConfigError
+from mlpmem.experiments.update_study import load_study_config
+from mlpmem.maintenance.config import MaintenanceConfig, load_maintenance_config
+
+ROWS = {"qa_added_update_vs_retrain", "qa_old_after_update_vs_before", "cost_update_vs_retrain",
+        "qa_forgotten_after_forget", "qa_kept_after_forget", "explain_top_document_is_own"}
+
+
+def test_the_presets_load_and_bad_values_are_one_line_errors():
+    assert load_maintenance_config(CONFIGS / "maintenance" / "default.yaml") == MaintenanceConfig()
+    assert load_study_config(CONFIGS / "maintenance" / "study.yaml").synthetic["num_entities"] == 120
+    with pytest.raises(ConfigError, match="update.replay_ratio"):
+        load_maintenance_config(overrides=["update.replay_ratio=-1"])
+    with pytest.raises(ConfigError, match="forget.target"):
+        load_maintenance_config(overrides=["forget.target=nothing"])
+    with pytest.raises(ConfigError, match="unknown config key"):
+        load_maintenance_config(overrides=["update.replay=1"])
+
+
+def test_a_tiny_study_writes_its_table(tmp_path, tiny_backbone_dir, capsys):
+    config = tmp_path / "study.yaml"
+    config.write_text(yaml.safe_dump({
+        "pipeline": str(CONFIGS / "tiny.yaml"), "pipeline_set": [f"backbone.name={tiny_backbone_dir}"],
+        "synthetic": {"num_entities": 16, "held_out_fraction": 0.25, "paraphrases": 1, "seed": 0},
+        "arriving_fraction": 0.25, "batches": 2, "forget_fraction": 0.2, "questions": 8, "distractors": 3,
+        "max_new_tokens": 3, "explain_questions": 4, "maintenance": ["update.epochs=1", "forget.epochs=1"]}))
+    out = tmp_path / "study"
+    assert main(["update-study", str(config), "--out", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    results = json.loads((out / "results.json").read_text())
+    assert set(results) == ROWS | {"details"}
+    for key in ROWS:
+        assert {"measure", "value", "target", "pass"} <= set(results[key]) and key in printed
+    assert results["cost_update_vs_retrain"]["update_s"] > 0 and results["cost_update_vs_retrain"]["retrain_s"] > 0
+    ops = json.loads((out / "runs" / "updated" / "maintenance" / "manifest.json").read_text())["operations"]
+    assert [op["kind"] for op in ops] == ["update", "update", "forget"]
+    report = (out / "report.md").read_text()
+    assert report.startswith("# Updating and forgetting a memory") and "| measure | value | target | met |" in report
+    assert main(["update-study", str(config), "--out", str(out), "--quiet"]) == 2  # never over a finished study
