@@ -13,6 +13,7 @@ GROUPS = {
     "qa": "knowledge QA: EM/F1 of one method, the whole comparison",
     "bench": "speed benchmarks: inference, offline stages, packing, scale",
     "mosaics": "the Memory Mosaics v2 experiment",
+    "tasks": "local lm-eval tasks from shipped data, and the paired comparison of methods on them",
 }
 
 
@@ -242,6 +243,45 @@ EXPERIMENTS = [
             "planted key-value recall: tiny Memory Mosaics vs Transformers", (
                 Arg("--steps", type=int, default_from="mlpmem.experiments.mosaics.recall:compare",
                     help="training steps of each tiny model"),), aliases=("mosaics-recall",)),
+    Command("list", "tasks", "mlpmem.experiments.tasks.cli:cmd_list",
+            "BIG-bench multiple-choice tasks, their sizes, the selection rule's verdict", (
+                Arg("--all", action="store_true", help="also the rejected tasks, with the reason"),)),
+    Command("screen", "tasks", "mlpmem.experiments.tasks.cli:cmd_screen",
+            "score candidate tasks with the backbone; choose the nine above chance", (
+                Arg("--tasks", type=_names, help="comma-separated BIG-bench tasks (default: the rule's candidates)"),
+                Arg("--items", type=int, default_from="mlpmem.experiments.tasks.screen:ScreenConfig",
+                    help="items per task"),
+                Arg("--mc-limit", type=int, default_from="mlpmem.experiments.tasks.screen:ScreenConfig",
+                    help="items per task that prepare evaluates (kept out of the screen)"),
+                Arg("--backbone", help="backbone name or folder (default: the shipped SmolLM2-135M)"),
+                Arg("--batch-size", type=int, default_from="mlpmem.experiments.tasks.screen:ScreenConfig",
+                    help="requests per forward"),
+                Arg("--seed", type=int, help="seed of the item order"),
+                Arg("--out", help="folder of screen.json (default: ~/.cache/mlpmem/lm-eval-tasks-screen)"),
+                QUIET)),
+    Command("prepare", "tasks", "mlpmem.experiments.tasks.cli:cmd_prepare",
+            "write the local lm-eval tasks (BIG-bench MC, QA, cloze) from shipped data", (
+                Arg("--out", help="task folder (default: ~/.cache/mlpmem/lm-eval-tasks)"),
+                Arg("--screen", metavar="SCREEN_JSON", help="take the nine tasks a screen chose"),
+                Arg("--mc-tasks", type=_names, help="comma-separated BIG-bench tasks instead"),
+                Arg("--mc-limit", type=int, default_from="mlpmem.experiments.tasks.prepare:TasksConfig",
+                    help="items per multiple-choice task"),
+                Arg("--qa-config", default_from="mlpmem.experiments.tasks.prepare:TasksConfig",
+                    help="QA suite YAML whose questions become generation tasks"),
+                Arg("--no-qa", action="store_true", help="no QA generation tasks"),
+                Arg("--qa-wikidata", type=int, default_from="mlpmem.experiments.tasks.prepare:TasksConfig",
+                    help="qa_wikidata cloze facts (0: none)"),
+                Arg("--seed", type=int, help="seed of the multiple-choice and cloze subsets"))),
+    Command("compare", "tasks", "mlpmem.cli.compare:compare",
+            "paired method-vs-base Δ from lm-eval samples, its interval, verdict, plot", (
+                Arg("--base", required=True, help="lm-eval results JSON of the base (mlpmem lm-eval --output)"),
+                Arg("--method", action="append", required=True, help="lm-eval results JSON of a method (repeat)"),
+                Arg("--names", type=_names, help="comma-separated method names (default: the file names)"),
+                Arg("--base-name", default="base", help="the base's name in the table"),
+                Arg("--tasks", type=_names, help="comma-separated tasks (default: every task both hold)"),
+                Arg("--resamples", type=int, default=10000, help="bootstrap resamples"),
+                Arg("--seed", type=int, default=0, help="bootstrap seed"),
+                Arg("--out", help="also write compare.md, compare.json and delta.png here"))),
 ]
 
 COMMANDS: list[Command] = [*PIPELINE, *EXPERIMENTS]

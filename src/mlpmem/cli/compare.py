@@ -1,0 +1,40 @@
+"""``mlpmem tasks compare``: methods vs base on the same lm-eval tasks, paired, with 95 % intervals.
+
+A thin wrapper of :mod:`mlpmem.evaluation.compare` (imported when the command runs): it prints the table
+and, with ``--out DIR``, writes ``compare.md``, ``compare.json`` and ``delta.png`` there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from mlpmem.errors import ConfigError
+
+
+def _names(args: argparse.Namespace) -> list[str]:
+    names = args.names or [Path(p).stem for p in args.method]
+    if len(names) != len(args.method) or len(set(names)) != len(names):
+        raise ConfigError(f"--names needs one distinct name per --method ({len(args.method)}), got {names}")
+    return names
+
+
+def compare(args: argparse.Namespace) -> None:
+    from mlpmem.evaluation.compare import compare as compare_results
+    from mlpmem.evaluation.compare import load_results, plot_deltas, rows_json, table
+    from mlpmem.evaluation.stats import BootstrapConfig
+
+    cfg = BootstrapConfig(resamples=args.resamples, seed=args.seed)
+    base = load_results(args.base)
+    rows = {name: compare_results(base, load_results(path), args.tasks, cfg)
+            for name, path in zip(_names(args), args.method)}
+    text = table(rows, args.base_name)
+    print(text)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "compare.md").write_text(text + "\n")
+        summary = {"base": str(args.base), "bootstrap": cfg.to_dict(), "methods": rows_json(rows)}
+        (out / "compare.json").write_text(json.dumps(summary, indent=1) + "\n")
+        print(f"table: {out / 'compare.md'}\nplot: {plot_deltas(rows, out / 'delta.png', args.base_name)}")

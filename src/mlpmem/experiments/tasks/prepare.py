@@ -1,0 +1,147 @@
+"""``mlpmem tasks prepare``: the local lm-eval tasks of mlpmem, written from shipped data only.
+
+Into ``out`` (default ``~/.cache/mlpmem/lm-eval-tasks``, or ``$MLPMEM_CACHE/lm-eval-tasks``):
+
+- nine BIG-bench multiple-choice tasks ``mlpmem_bb_<task>`` (:mod:`mlpmem.experiments.tasks.catalog` says
+  which and why), each scored by ``acc`` (log-likelihood) and ``acc_mutual_info`` (domain-conditional
+  PMI), up to ``mc_limit`` items each; group ``mlpmem_bigbench``;
+- the QA suite's generation tasks, the very questions ``mlpmem qa report`` asks (its config's benchmarks,
+  seed, sizes, demonstrations and decoding length): ``mlpmem_synthetic`` (test questions of the trained
+  entities), ``mlpmem_synthetic_held_out`` (entities in no document), ``mlpmem_disfl_qa``, plus
+  ``mlpmem_qa_wikidata`` (``qa_wikidata`` cloze facts), each scored by SQuAD EM and F1; group ``mlpmem_qa``.
+  A benchmark's questions come from the suite's own ``data/`` folder when it exists (the data its memory
+  was trained with), else they are generated into ``out/qa-data/`` by the same functions;
+- ``utils.py`` (the generation tasks' scoring hooks) and ``manifest.json`` (sources, sizes, files).
+
+Then ``mlpmem lm-eval --include-path OUT --local-only --tasks mlpmem_bigbench,...`` scores any method on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlpmem.config import Config
+from mlpmem.errors import ConfigError
+from mlpmem.experiments.qa.bigbench import BIGBENCH_PIP_SPEC, qa_wikidata
+from mlpmem.experiments.qa.config import QASuiteConfig
+from mlpmem.experiments.qa.data import prepare_data, question_splits
+from mlpmem.experiments.tasks import choice_tasks
+from mlpmem.experiments.tasks.catalog import DEFAULT_NINE
+from mlpmem.experiments.tasks.writer import (
+    QA_DATA,
+    choice_spec,
+    generation_spec,
+    reset_folder,
+    write_group,
+    write_manifest,
+    write_task,
+)
+from mlpmem.inference.prompts import DEMONSTRATIONS, QUESTION_TEMPLATE
+from mlpmem.utils.io import cache_root
+
+MC_GROUP = "mlpmem_bigbench"
+QA_GROUP = "mlpmem_qa"
+QA_PROMPT = QUESTION_TEMPLATE.format(question="{{question}}")
+UNTIL = ["Question:", "Context:"]
+"""lm-eval's stop strings: only those that end an answer wherever they appear (see ``scoring``)."""
+
+
+def tasks_root() -> Path:
+    """The default task folder: ``lm-eval-tasks`` in the mlpmem cache."""
+    return cache_root() / "lm-eval-tasks"
+
+
+@dataclass
+class TasksConfig(Config):
+    out: str = ""
+    """Task folder (empty: :func:`tasks_root`)."""
+    mc_tasks: list[str] = field(default_factory=lambda: list(DEFAULT_NINE))
+    """BIG-bench multiple-choice tasks (``task`` or ``task/subtask``)."""
+    mc_limit: int = 200
+    """Items per multiple-choice task (all of them if the task has fewer)."""
+    qa_config: str | None = "configs/qa/report.yaml"
+    """The QA suite whose questions become generation tasks (None: no QA tasks)."""
+    qa_wikidata: int = 300
+    """Cloze facts of ``mlpmem_qa_wikidata`` (0: no such task)."""
+    seed: int = 0
+    """Seed of the multiple-choice and cloze subsets."""
+
+    def validate(self) -> None:
+        if not self.mc_tasks and not self.qa_config:
+            raise ConfigError("tasks prepare: nothing to write (no mc_tasks and no qa_config)")
+        if self.mc_limit < 1 or self.qa_wikidata < 0:
+            raise ConfigError("tasks prepare: mc_limit must be >= 1 and qa_wikidata >= 0")
+        if len(set(self.mc_tasks)) != len(self.mc_tasks):
+            raise ConfigError(f"tasks prepare: mc_tasks lists a task twice: {self.mc_tasks}")
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.out) if self.out else tasks_root()
+
+
+def write_choice_task(out: Path, task: str, items: list[dict], data: dict, **metadata) -> str:
+    """One BIG-bench multiple-choice task ``mlpmem_bb_<task>`` in ``out``; its lm-eval name."""
+    name = choice_tasks.task_name(task)
+    delimiter = choice_tasks.answer_delimiter(data)
+    write_task(out, name, choice_tasks.rows(items, data), choice_spec(delimiter),
+               {"source": f"{BIGBENCH_PIP_SPEC} {task}", "premise": delimiter.strip(), **metadata})
+    return name
+
+
+def _choice_tasks(cfg: TasksConfig, out: Path) -> dict:
+    sizes = {}
+    for task in cfg.mc_tasks:
+        items, data = choice_tasks.eval_items(task, cfg.mc_limit, cfg.seed)
+        sizes[write_choice_task(out, task, items, data, seed=cfg.seed)] = len(items)
+    if sizes:
+        write_group(out, MC_GROUP, list(sizes), ["acc", "acc_mutual_info"])
+    return sizes
+
+
+def _qa_rows(questions: list[dict]) -> list[dict]:
+    return [{"id": q["id"], "question": q["question"], "answers": list(q["answers"])} for q in questions]
+
+
+def _benchmark_questions(suite: QASuiteConfig, name: str, out: Path) -> tuple[dict, str]:
+    """The benchmark's question splits and the folder they were read from."""
+    bench = suite.benchmarks[name]
+    data = Path(suite.out_dir) / name / "data"
+    if not (data / "meta.json").is_file():
+        data = prepare_data(name, bench, out / QA_DATA / name, suite.seed)
+    return question_splits(data, bench), str(data)
+
+
+def _qa_tasks(cfg: TasksConfig, out: Path) -> tuple[dict, dict]:
+    suite = QASuiteConfig.from_yaml(cfg.qa_config)
+    shots = [{"question": q, "answers": [a]} for q, a in DEMONSTRATIONS[: suite.shots]]
+    qa = generation_spec(QA_PROMPT, shots, UNTIL, suite.generation.max_new_tokens)
+    sizes, sources = {}, {}
+    for bench in suite.benchmarks:
+        splits, sources[bench] = _benchmark_questions(suite, bench, out)
+        for split, suffix in (("test", ""), ("held_out", "_held_out")):
+            if splits.get(split):
+                name = f"mlpmem_{bench}{suffix}"
+                write_task(out, name, _qa_rows(splits[split]), qa, {"source": sources[bench], "split": split},
+                           "process_qa")
+                sizes[name] = len(splits[split])
+    if cfg.qa_wikidata:
+        cloze = generation_spec("{{question}}", [], UNTIL, suite.generation.max_new_tokens)
+        facts = qa_wikidata(cfg.qa_wikidata, cfg.seed)
+        write_task(out, "mlpmem_qa_wikidata", _qa_rows(facts), cloze,
+                   {"source": f"{BIGBENCH_PIP_SPEC} qa_wikidata", "seed": cfg.seed}, "process_cloze")
+        sizes["mlpmem_qa_wikidata"] = len(facts)
+    if sizes:
+        write_group(out, QA_GROUP, list(sizes), ["em", "f1"])
+    return sizes, sources
+
+
+def prepare_tasks(cfg: TasksConfig) -> dict:
+    """Write every task of ``cfg`` into its folder; the manifest (also written there) as a dict."""
+    out = reset_folder(cfg.folder)
+    mc = _choice_tasks(cfg, out)
+    qa, sources = _qa_tasks(cfg, out) if cfg.qa_config else ({}, {})
+    info = {"folder": str(out.resolve()), "groups": {MC_GROUP: list(mc), QA_GROUP: list(qa)},
+            "items": {**mc, **qa}, "config": cfg.to_dict(), "qa_sources": sources}
+    write_manifest(out, info)
+    return info
