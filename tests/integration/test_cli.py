@@ -53,6 +53,8 @@ def test_cli_runs_end_to_end(tiny_run, tmp_path, capsys):
     res = json.loads((tmp_path / "run" / "results.json").read_text())
     assert 0 <= res["lambda"] <= 1 and res["test"]["memory+backbone"] <= res["test"]["backbone"] + 1e-9 or \
         res["validation_curve"]["0.0"] < min(v for k, v in res["validation_curve"].items() if k != "0.0")
+    test = res["test"]  # the backbone over the positions the memory's head covers: all of them at coverage 1
+    assert (test["backbone_covered"] == test["backbone"]) == (test["memory_coverage"] == 1.0)
     assert (tmp_path / "run" / "lambda.png").stat().st_size > 1000
     assert (tmp_path / "run" / "learning_curve.png").stat().st_size > 1000
     assert "](learning_curve.png)" in (tmp_path / "run" / "report.md").read_text()

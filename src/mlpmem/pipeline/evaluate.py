@@ -81,7 +81,8 @@ def headline(run, results: dict, train: dict) -> dict:
     test, dist = results["test"], results["distribution"]
     return {
         "test_ppl": {"backbone": test["backbone"], "knnlm": test["knnlm"], "memory": test["memory"],
-                     "joint": test["memory+backbone"]},
+                     "joint": test["memory+backbone"],
+                     "backbone_covered": test.get("backbone_covered", test["backbone"])},
         "memory_coverage": test["memory_coverage"],
         "mass80": {"backbone": dist["backbone"]["80%"], "knn": dist["kNN"]["80%"], "memory": dist["memory"]["80%"]},
         "epochs": epochs,
@@ -117,6 +118,7 @@ def stage_eval(run, num_positions: int = 1024) -> dict:
             "backbone": perplexity(lm_test),
             "knnlm": knn["test"]["knnlm_ppl"],
             "memory": memory_ppl,
+            "backbone_covered": perplexity(np.asarray(lm_test)[np.isfinite(np.asarray(mem_test))]),
             "memory+backbone": lambda_curve(lm_test, mem_test, [lam])[lam],
             "tokens": int(len(lm_test)),
             "memory_coverage": coverage,

@@ -52,6 +52,18 @@ def _rel(x: float, ref: float) -> str:
     return f"{100 * (x / ref - 1):+.1f} %"
 
 
+def _partial(test: dict) -> bool:
+    """Whether memory-alone perplexity is over part of the positions (a corpus head), against the backbone's there."""
+    return test.get("memory_coverage", 1.0) < 1.0 and "backbone_covered" in test
+
+
+def _coverage_note(test: dict) -> str:
+    if test.get("memory_coverage", 1.0) >= 1.0:
+        return ""
+    there = f"; the backbone there: {test['backbone_covered']:.3f}, the column's reference" if _partial(test) else ""
+    return f" (over the {100 * test['memory_coverage']:.1f} % of targets its corpus head covers{there})"
+
+
 def results_table(results: dict) -> str:
     """The test table of issue #3: backbone, kNN-LM, memory alone, memory + backbone."""
     t, c = results["test"], results["knnlm_chosen"]
@@ -64,9 +76,8 @@ def results_table(results: dict) -> str:
         ["kNN-LM", f"{t['knnlm']:.3f}", _rel(t["knnlm"], t["backbone"]),
          f"k={c['k']}, T={c['temperature']}, λ={c['lambda']}",
          f"datastore {mebibytes(results['datastore_bytes'])} ({results['datastore_tokens']:,} keys) + search", "—"],
-        ["MLP Memory alone" + (f" (over the {100 * t['memory_coverage']:.1f} % of targets its corpus head covers)"
-                               if t.get("memory_coverage", 1.0) < 1.0 else ""),
-         f"{t['memory']:.3f}", _rel(t["memory"], t["backbone"]), "λ=1", mem_size,
+        ["MLP Memory alone" + _coverage_note(t), f"{t['memory']:.3f}",
+         _rel(t["memory"], t["backbone_covered"] if _partial(t) else t["backbone"]), "λ=1", mem_size,
          f"{results['memory_trainable_parameters']:,} trainable params"],
         ["MLP Memory + backbone", f"{t['memory+backbone']:.3f}", _rel(t["memory+backbone"], t["backbone"]),
          f"λ={results['lambda']}", f"{mem_size}, {results['memory_parameters']:,} params" if train_s else mem_size,
