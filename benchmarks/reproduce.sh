@@ -72,3 +72,13 @@ MLPMEM_THREADS=1 $M gate configs/quick.yaml --set run_dir=runs/quick-corpus --se
   --decode-tokens 16 --decode-rounds 21 --report docs/results/gate --quiet
 # the negative control with the corpus head
 $M run configs/wikipedia-by-article.yaml --set run_dir=runs/wikipedia-by-article-corpus
+# the gate on the full default, and the gate against the fixed λ on QA and the no-regression checks
+MLPMEM_THREADS=1 $M gate configs/default.yaml --decode-tokens 16 --decode-rounds 21 --report docs/results/gate --quiet
+MLPMEM_THREADS=1 $M gate configs/wikipedia-by-article.yaml --set run_dir=runs/wikipedia-by-article-corpus \
+  --decode-tokens 0 --report docs/results/gate --quiet
+$M qa report configs/qa/gate.yaml --no-ablations
+# the default (corpus head) as the fourth size of the data-scaling series: its run folder linked in, reused
+[ -e runs/data-scaling/runs/train-all ] || cp -al runs/default runs/data-scaling/runs/train-all
+$M scale-data configs/default.yaml --train-tokens 40000,80000,120000,0 --out runs/data-scaling
+cp runs/data-scaling/{report.md,results.json,data_scaling.png} docs/results/data-scaling/
+$M summarize runs/default --out /tmp/summary-default.md --copy-reports docs/results

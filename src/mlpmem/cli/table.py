@@ -189,7 +189,7 @@ EXPERIMENTS = [
                 Arg("--batch-sizes", type=_ints, default_from=INFER, help="comma-separated batch sizes"),
                 Arg("--warmup", type=int, default_from=INFER, help="discarded warm-up repetitions"),
                 Arg("--methods", type=_names, default_from=INFER,
-                    help="comma-separated subset of backbone,memory,knnlm,rag,knnlm-exact"),
+                    help="comma-separated subset of backbone,memory,knnlm,rag,knnlm-exact,memory-gate"),
                 Arg("--no-ladder", dest="ladder", action="store_false", default=None,
                     help="skip the memory timed without each optimization"),
                 Arg("--knn-min-keys", type=int, default_from=f"{KNN}.min_keys", help="keys in the kNN-LM index"),
