@@ -35,4 +35,8 @@ def test_two_sizes_end_to_end(tmp_path, tiny_backbone_dir):
     saved = json.loads((tmp_path / "scaling" / "results.json").read_text())
     assert saved["sizes"][1]["joint_over_backbone"] == results["sizes"][1]["joint_over_backbone"]
     assert (tmp_path / "scaling" / "data_scaling.png").stat().st_size > 1000
-    assert "training tokens" in (tmp_path / "scaling" / "report.md").read_text()
+    text = (tmp_path / "scaling" / "report.md").read_text()
+    assert "training tokens" in text and "memory alone / backbone (covered)" in text and "--train-tokens" in text
+    for row in results["sizes"]:  # memory alone against the backbone on the positions its head covers
+        test = row["test_ppl"]
+        assert row["memory_over_backbone_covered"] == test["memory"] / test["backbone_covered"]

@@ -54,7 +54,8 @@ def run_scaling(config_path: str, cfg: DataScalingConfig, overrides: list[str] =
         run = Run(size_config(base, tokens, out), progress=progress)
         results = run_pipeline(run)
         rows.append(size_row(results))
-    results = {"config": config_path, "overrides": list(overrides), "sizes": rows}
+    results = {"config": config_path, "overrides": list(overrides), "train_tokens": list(cfg.train_tokens),
+               "sizes": rows}
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "results.json", results)
     plot_scaling(rows, out / "data_scaling.png")
@@ -69,6 +70,7 @@ def size_row(results: dict) -> dict:
             "joint_over_backbone": test["joint"] / test["backbone"],
             "knnlm_over_backbone": test["knnlm"] / test["backbone"],
             "joint_over_knnlm": test["joint"] / test["knnlm"], "mass80": results["mass80"],
+            "memory_over_backbone_covered": test["memory"] / test.get("backbone_covered", test["backbone"]),
             "memory_coverage": results["memory_coverage"], "epochs": results["epochs"],
             "train_tokens_per_s": results["train_tokens_per_s"],
             "tokens_per_trainable_parameter": results["datastore_tokens"] / results["memory_trainable_parameters"]}
@@ -98,19 +100,29 @@ def report(results: dict) -> str:
               f"{r['test_ppl']['backbone']:.3f}",
               f"{r['test_ppl']['knnlm']:.3f}", f"{r['test_ppl']['joint']:.3f} (λ={r['lambda']})",
               f"{r['joint_over_backbone']:.3f}", f"{r['knnlm_over_backbone']:.3f}", f"{r['joint_over_knnlm']:.3f}",
-              f"{r['mass80']['memory']:.1f} / {r['mass80']['backbone']:.1f}", f"{r['epochs']:g}"] for r in rows]
+              _memory_alone(r), f"{r['mass80']['memory']:.1f} / {r['mass80']['backbone']:.1f}", f"{r['epochs']:g}"]
+             for r in rows]
     falls = all(b["joint_over_backbone"] < a["joint_over_backbone"] for a, b in zip(rows, rows[1:]))
-    overrides = " ".join(f"--set {o}" for o in results["overrides"])
+    overrides = "".join(f" --set {o}" for o in results["overrides"])
+    sizes = ",".join(str(n) for n in results.get("train_tokens", []))
     return "\n\n".join([
         "# Quality against the size of the training corpus",
-        f"`mlpmem scale-data {results['config']} {overrides}`: one full run per training-split size (nested: each size "
-        "holds the smaller ones), the same validation and test splits and recipe.",
+        f"`mlpmem scale-data {results['config']}{overrides}" + (f" --train-tokens {sizes}`" if sizes else "`")
+        + ": one full run per training-split size (nested: each size holds the smaller ones; 0 is the whole split), "
+        "the same validation and test splits and recipe. Memory alone is over the test targets its corpus head "
+        "covers, against the backbone on the same positions.",
         markdown_table(["training tokens", "tokens / trainable param", "backbone", "kNN-LM", "memory + backbone",
                         "memory + backbone / backbone", "kNN-LM / backbone", "memory + backbone / kNN-LM",
-                        "tokens for 80 % of the mass, memory / backbone", "epochs"], cells),
+                        "memory alone / backbone (covered)", "tokens for 80 % of the mass, memory / backbone",
+                        "epochs"], cells),
         f"Memory + backbone / backbone {'falls' if falls else 'does not fall'} at every step as the corpus grows.",
         "![quality against corpus size](data_scaling.png)",
     ])
+
+
+def _memory_alone(row: dict) -> str:
+    ratio = row.get("memory_over_backbone_covered")
+    return "—" if ratio is None else f"{ratio:.3f} ({100 * row['memory_coverage']:.0f} % covered)"
 
 
 def cmd_scale_data(args) -> None:
