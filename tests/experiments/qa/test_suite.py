@@ -12,6 +12,7 @@ from helpers.encoders import BagOfWordsEncoder
 from mlpmem.baselines.methods import METHODS
 from mlpmem.cli import main
 from mlpmem.experiments.qa.config import QASuiteConfig
+from mlpmem.experiments.qa.per_item import item_scores, without_per_item
 
 BIGBENCH = {
     "qa_wikidata": {"examples": [{"input": "The keeper of the lighthouse is", "target": "old"},
@@ -77,26 +78,50 @@ def test_qa_report_end_to_end(qa_setup, capsys):
     assert nr["qa_wikidata"]["n"] == 2 and nr["general_knowledge"]["n"] == 2
     assert "no_regression" in bench["methods"]["memory"] and "no_regression" not in bench["methods"]["rag-bm25"]
     assert len(results["ablations"]["studies"]["alpha"]) == 6
+    _check_per_item(tmp, bench)
     report = (tmp / "docs" / "report.md").read_text()
-    for label in ("RAG-dense", "RAG-BM25", "kNN-LM", "CPT", "LoRA", "MLP Memory", "C1:", "C3:", "C7:", "C8:"):
+    for label in ("RAG-dense", "RAG-BM25", "kNN-LM", "CPT", "LoRA", "MLP Memory", "C1:", "C3:", "C7:", "C8:",
+                  "Δ vs backbone [95 % CI]", "![Δ F1 vs backbone](qa-delta-f1.png)"):
         assert label in report, label
-    assert (tmp / "docs" / "ablation-alpha.png").exists()
+    assert (tmp / "docs" / "ablation-alpha.png").exists() and (tmp / "docs" / "qa-delta-f1.png").exists()
+    intervals = json.loads((tmp / "docs" / "results.json").read_text())["intervals"]
+    memory = intervals["qa"]["synthetic"]["methods"]["memory"]["test"]
+    assert intervals["qa"]["synthetic"]["n_test"] == 6 and memory["f1"]["stderr"] is not None
+    assert memory["delta_vs_base"]["f1"]["n"] == 6 and len(memory["delta_vs_base"]["f1"]["ci95"]) == 2
+    assert set(intervals["no_regression"]) == {"qa_wikidata", "general_knowledge"}
     # resumable: a second run reuses every method's results
     mtime = (tmp / "qa" / "synthetic" / "methods" / "cpt.json").stat().st_mtime
     assert main(["qa", "report", str(tmp / "suite.yaml"), "--quiet", "--no-ablations"]) == 0
     assert (tmp / "qa" / "synthetic" / "methods" / "cpt.json").stat().st_mtime == mtime
     (tmp / "qa" / "synthetic" / "methods" / "lora.json").unlink()  # as if interrupted before LoRA finished
     (tmp / "docs" / "report.md").unlink()
+    knnlm = tmp / "qa" / "synthetic" / "methods" / "knnlm.json"  # as if written before per-item scores were kept
+    knnlm.write_text(json.dumps(without_per_item(json.loads(knnlm.read_text()))))
     assert main(["qa", "report", str(tmp / "suite.yaml"), "--quiet", "--report-only"]) == 0
     assert not (tmp / "qa" / "synthetic" / "methods" / "lora.json").exists()
     report = (tmp / "docs" / "report.md").read_text()
     assert "| LoRA |" not in report and "| CPT |" in report and "ablation-alpha.png" in report
+    assert "| kNN-LM | synthetic | F1 | — |" in report and "(no interval) | no interval |" in report
     # ablations of another configuration of the ablation run are not reported as this one's
     ablate = yaml.safe_load((tmp / "ablate.yaml").read_text())
     ablate["train"]["lr"] = 0.5
     (tmp / "ablate.yaml").write_text(yaml.safe_dump(ablate))
     assert main(["qa", "report", str(tmp / "suite.yaml"), "--quiet", "--report-only"]) == 0
     assert "ablation-alpha.png" not in (tmp / "docs" / "report.md").read_text()
+
+
+def _check_per_item(tmp: Path, bench: dict) -> None:
+    """Every method file keeps each question's EM / F1 by id; the battery each item's correctness."""
+    for method, r in bench["methods"].items():
+        saved = json.loads((tmp / "qa" / "synthetic" / "methods" / f"{method}.json").read_text())
+        for split in ("test", "held_out"):
+            em, f1 = item_scores(saved[split], "em"), item_scores(saved[split], "f1")
+            assert len(em) == len(f1) == r[split]["n"] == 6, (method, split)
+            assert 100 * sum(em.values()) / 6 == pytest.approx(r[split]["em"]), (method, split)
+            assert set(em) == {q["id"] for q in saved[split]["predictions"]}  # all 6 kept (sample of 20)
+    nr = bench["methods"]["memory"]["no_regression"]
+    assert len(item_scores(nr["qa_wikidata"], "em")) == 2
+    assert set(item_scores(nr["general_knowledge"], "acc_pmi").values()) <= {0.0, 1.0}
 
 
 def test_eval_qa_command(qa_setup, tiny_backbone_dir, capsys):

@@ -54,7 +54,8 @@ def choice_prompt(question: str) -> str:
 
 
 def score_multiple_choice(model, tokenizer, items: list[dict], batch_size: int = 16, progress: bool = False) -> dict:
-    """Accuracy (percent) by log-likelihood and by domain-conditional PMI over ``[{"question","choices","label"}]``."""
+    """Accuracy (percent) by log-likelihood and by domain-conditional PMI over ``[{"question","choices","label"}]``,
+    and ``per_item``: each item's id and 1/0 correctness by each rule (for paired intervals)."""
     pairs, premise_pairs = [], []
     for item in items:
         for choice in item["choices"]:
@@ -62,14 +63,16 @@ def score_multiple_choice(model, tokenizer, items: list[dict], batch_size: int =
             premise_pairs.append((DOMAIN_PREMISE, " " + choice))
     ll = continuation_logprobs(model, tokenizer, pairs, batch_size, progress)
     prior = continuation_logprobs(model, tokenizer, premise_pairs, batch_size, progress)
-    correct = {"ll": 0, "pmi": 0}
+    correct: dict[str, list[int]] = {"acc_ll": [], "acc_pmi": []}
     at = 0
     for item in items:
         k = len(item["choices"])
         s_ll = ll[at : at + k]
         s_pmi = [a - b for a, b in zip(s_ll, prior[at : at + k])]
-        correct["ll"] += int(max(range(k), key=s_ll.__getitem__) == item["label"])
-        correct["pmi"] += int(max(range(k), key=s_pmi.__getitem__) == item["label"])
+        correct["acc_ll"].append(int(max(range(k), key=s_ll.__getitem__) == item["label"]))
+        correct["acc_pmi"].append(int(max(range(k), key=s_pmi.__getitem__) == item["label"]))
         at += k
     n = max(1, len(items))
-    return {"acc_ll": 100 * correct["ll"] / n, "acc_pmi": 100 * correct["pmi"] / n, "n": len(items)}
+    per_item = {"ids": [str(item.get("id", i)) for i, item in enumerate(items)], **correct}
+    return {"acc_ll": 100 * sum(correct["acc_ll"]) / n, "acc_pmi": 100 * sum(correct["acc_pmi"]) / n,
+            "n": len(items), "per_item": per_item}

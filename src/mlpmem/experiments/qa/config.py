@@ -10,6 +10,7 @@ from mlpmem.baselines.methods import METHODS
 from mlpmem.baselines.rag import RAGConfig
 from mlpmem.config import Config
 from mlpmem.errors import ConfigError
+from mlpmem.evaluation.stats import BootstrapConfig
 from mlpmem.experiments.qa.eval_qa import GenerationConfig
 from mlpmem.inference.mixing import check_lambda
 from mlpmem.inference.prompts import demonstrations
@@ -71,6 +72,8 @@ class QASuiteConfig(Config):
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     no_regression: NoRegressionConfig = field(default_factory=NoRegressionConfig)
     ablations: AblationSuiteConfig | None = field(default_factory=AblationSuiteConfig)
+    bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
+    """The report's seeded bootstrap over the per-item scores (standard errors, paired 95 % intervals)."""
 
     def validate(self) -> None:
         bad = set(self.benchmarks) - set(BENCHMARKS)

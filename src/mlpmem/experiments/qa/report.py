@@ -1,10 +1,13 @@
-"""The QA report: one Markdown page (with the ablation PNGs) written from the suite's ``results.json``.
+"""The QA report: one Markdown page (with its PNGs) and a compact ``results.json``, written from the suite's results.
 
-Tables: the QA table (rows: methods; columns: each benchmark, trainable parameters, training time,
-bytes that inference needs besides the backbone), the perplexity of each benchmark's memory run, the
-no-regression table, the ablation tables and figures, and the paper's claims C1–C9 with our
-measurement beside each, marked reproduced or not. Nothing here computes a model: every number is
-read from the results.
+Tables: the QA table (rows: methods; columns: each benchmark's scores ± standard error, trainable parameters,
+training time, bytes that inference needs besides the backbone), every method's **paired** difference from
+the backbone with its 95 % interval and verdict (and a figure of Δ F1 with error bars), the perplexity of
+each benchmark's memory run, the no-regression table with its paired differences (and figure), the ablation
+tables and figures, and the paper's claims C1–C9 judged with the intervals
+(:mod:`mlpmem.experiments.qa.claims`). Intervals come from the per-item scores of the method files
+(:mod:`mlpmem.experiments.qa.intervals`, seeded bootstrap); a file without them shows "no interval".
+Nothing here computes a model: every number is read from the results.
 """
 
 from __future__ import annotations
@@ -13,8 +16,24 @@ import shutil
 from pathlib import Path
 
 from mlpmem.baselines.methods import METHODS, OLD_NAMES
+from mlpmem.evaluation.stats import BootstrapConfig
 from mlpmem.experiments.ablation import study_table
+from mlpmem.experiments.qa.claims import claims
+from mlpmem.experiments.qa.interval_tables import comparison_table, delta_figure, figure_line, score_cell
+from mlpmem.experiments.qa.intervals import (
+    METRIC_LABELS,
+    bootstrap_config,
+    intervals_json,
+    mean_f1,
+    no_regression_comparisons,
+    no_regression_methods,
+    qa_comparisons,
+    score_interval,
+    task_metrics,
+)
+from mlpmem.experiments.qa.per_item import without_per_item
 from mlpmem.reporting.tables import DASH, count, fixed, markdown_table, mebibytes
+from mlpmem.utils.shards import write_json
 
 LABELS = {"backbone": "backbone", "rag-dense": "RAG-dense", "rag-bm25": "RAG-BM25", "knnlm": "kNN-LM", "cpt": "CPT",
           "lora": "LoRA", "memory": "MLP Memory",
@@ -22,6 +41,8 @@ LABELS = {"backbone": "backbone", "rag-dense": "RAG-dense", "rag-bm25": "RAG-BM2
 PAPER = {  # Mistral-7B-v0.3 QA average (paper Table 1) and the ablation findings (Fig. 6, App. F/I/J)
     "qa": {"backbone": 32.12, "rag-dense": 33.38, "knnlm": 32.57, "cpt": 30.53, "lora": 32.28, "memory": 36.06},
 }
+ORDER = list(METHODS)
+QA_FIGURE, NO_REGRESSION_FIGURE = "qa-delta-f1.png", "no-regression-delta.png"
 
 
 def _mb(n: int | None) -> str:
@@ -29,7 +50,12 @@ def _mb(n: int | None) -> str:
     return DASH if n is None else ("0" if n == 0 else mebibytes(n))
 
 
-def qa_table(results: dict) -> str:
+def _split_cell(r: dict, split: str, metric: str, cfg: BootstrapConfig) -> str:
+    scored = r.get(split) or {}
+    return score_cell(scored.get(metric), score_interval(scored, metric, cfg))
+
+
+def qa_table(results: dict, cfg: BootstrapConfig) -> str:
     benches = results["benchmarks"]
     head = ["method"]
     for name, b in benches.items():
@@ -42,18 +68,15 @@ def qa_table(results: dict) -> str:
         rows = [b["methods"].get(method) for b in benches.values()]
         if all(r is None for r in rows):
             continue
-        cells, f1s, lams, info = [LABELS[method]], [], [], None
+        cells, lams = [LABELS[method]], []
         for (name, b), r in zip(benches.items(), rows):
             r = r or {}
-            info = info or r
-            cells += [fixed(r.get("test", {}).get("em")), fixed(r.get("test", {}).get("f1"))]
+            cells += [_split_cell(r, "test", "em", cfg), _split_cell(r, "test", "f1", cfg)]
             if "held_out" in b["questions"]:
-                cells.append(fixed(r.get("held_out", {}).get("em")))
-            if r.get("test"):
-                f1s.append(r["test"]["f1"])
+                cells.append(_split_cell(r, "held_out", "em", cfg))
             if "lambda" in r:
                 lams.append(f"{name}: {r['lambda']}")
-        cells += [fixed(sum(f1s) / len(f1s)) if f1s else "—", ", ".join(lams) or "—"]
+        cells += [score_cell(*mean_f1(results, method, cfg)), ", ".join(lams) or "—"]
         per = [b["methods"].get(method) or {} for b in benches.values()]
         cells += [" / ".join(count(r.get("trainable_parameters")) for r in per),
                   " / ".join(fixed(r.get("train_seconds"), 0) for r in per),
@@ -61,7 +84,8 @@ def qa_table(results: dict) -> str:
         table.append(cells)
     lines = [markdown_table(head, table)]
     names = " / ".join(benches)
-    lines.append(f"\nEM / F1 in percent on the test questions (SQuAD normalization). Per-benchmark columns of the "
+    lines.append(f"\nEM / F1 in percent on the test questions (SQuAD normalization), ± one bootstrap standard error "
+                 f"over the questions; mean F1 weighs every benchmark the same. Per-benchmark columns of the "
                  f"last three are in the order {names}. Training time: CPT/LoRA their fine-tuning; MLP Memory the "
                  "whole offline stage (key extraction + teacher search + memory training); kNN-LM the datastore's "
                  "key extraction; RAG the passage encoding. Inference bytes: memory weights, datastore keys + "
@@ -70,6 +94,19 @@ def qa_table(results: dict) -> str:
         lines.append(f"Held-out entities appear in no document: chance EM (most common value of each attribute) = "
                      f"{benches['synthetic']['chance_em_held_out']:.1f}.")
     return "\n".join(lines)
+
+
+def qa_differences(results: dict, cfg: BootstrapConfig, docs: Path) -> str:
+    """Every method against the backbone, paired over the same questions, and the figure of Δ F1 (test)."""
+    by_method = qa_comparisons(results, cfg, ORDER)
+    if not by_method:
+        return "(no backbone results to compare with)"
+    figure = delta_figure(qa_comparisons(results, cfg, ORDER, splits=("test",)), LABELS, docs / QA_FIGURE,
+                          metrics=("f1",))
+    return "\n".join([comparison_table(by_method, LABELS, "benchmark"), "",
+                      "Δ = method − backbone in points, paired: both scored on the same questions (matched by id), "
+                      "the questions resampled together. A verdict is \"above\" / \"below\" only when the 95 % "
+                      "interval excludes 0.", "", figure_line(figure, "Δ F1 vs backbone")])
 
 
 def perplexity_table(results: dict) -> str:
@@ -86,44 +123,29 @@ def perplexity_table(results: dict) -> str:
     return markdown_table(header, rows)
 
 
-def no_regression_rows(results: dict) -> tuple[list[str], dict[str, dict[str, float]]]:
-    """Metric names and, per method, ``{metric: value}`` for the no-regression tasks."""
-    name = results["config"]["no_regression"]["memory_from"]
-    methods = results["benchmarks"].get(name, {}).get("methods", {})
-    table: dict[str, dict[str, float]] = {}
-    for method, r in methods.items():
-        nr = r.get("no_regression")
-        if not nr:
-            continue
-        row = {}
-        for task, s in nr.items():
-            if "em" in s:
-                row[f"{task} EM"] = s["em"]
-            else:
-                row[f"{task} acc (LL)"], row[f"{task} acc (PMI)"] = s["acc_ll"], s["acc_pmi"]
-        table[method] = row
-    metrics = list(next(iter(table.values()), {}))
-    return metrics, table
-
-
-def no_regression_table(results: dict) -> str:
-    metrics, table = no_regression_rows(results)
+def no_regression_table(results: dict, cfg: BootstrapConfig, docs: Path) -> str:
+    table = no_regression_methods(results)
     if not table:
         return "(no no-regression results)"
-    base = table.get("backbone", {})
+    columns = [(task, metric) for task, s in next(iter(table.values())).items() for metric in task_metrics(s)]
+    by_method = no_regression_comparisons(results, cfg, ORDER)
     rows = []
-    for method in METHODS:
-        if method not in table:
-            continue
-        row = table[method]
-        deltas = [row[m] - base[m] for m in metrics if m in base]
-        mean, worst = (fixed(sum(deltas) / len(deltas)), fixed(min(deltas))) if deltas else (DASH, DASH)
-        rows.append([LABELS[method], *(fixed(row[m]) for m in metrics), mean, worst])
-    lines = [markdown_table(["method", *metrics, "mean Δ vs backbone", "worst Δ"], rows)]
+    for method in (m for m in METHODS if m in table):
+        cells = [score_cell(table[method].get(t, {}).get(m), score_interval(table[method].get(t), m, cfg))
+                 for t, m in columns]
+        deltas = [c.point_delta for c in by_method.get(method, []) if c.point_delta is not None]
+        summary = (fixed(sum(deltas) / len(deltas)), fixed(min(deltas))) if deltas else (DASH, DASH)
+        rows.append([LABELS[method], *cells, *summary])
+    head = ["method", *(f"{t} {METRIC_LABELS[m]}" for t, m in columns), "mean Δ vs backbone", "worst Δ"]
     items = results["config"]["no_regression"]
-    lines.append(f"\nModels of the `{items['memory_from']}` benchmark (the memory at its QA-tuned λ). qa_wikidata: "
-                 f"{items['qa_wikidata']} cloze facts, greedy, EM; multiple choice: up to {items['mc_limit']} items "
-                 "per task, accuracy by log-likelihood (LL) and by domain-conditional PMI (premise `Answer:`).")
+    lines = [markdown_table(head, rows),
+             f"\nModels of the `{items['memory_from']}` benchmark (the memory at its QA-tuned λ). qa_wikidata: "
+             f"{items['qa_wikidata']} cloze facts, greedy, EM; multiple choice: up to {items['mc_limit']} items "
+             "per task, accuracy by log-likelihood (LL) and by domain-conditional PMI (premise `Answer:`). "
+             "Scores ± one bootstrap standard error over the items."]
+    if by_method:
+        figure = delta_figure(by_method, LABELS, docs / NO_REGRESSION_FIGURE)
+        lines += ["", comparison_table(by_method, LABELS), "", figure_line(figure, "no-regression Δ vs backbone")]
     return "\n".join(lines)
 
 
@@ -141,79 +163,13 @@ def ablation_section(results: dict, docs_dir: Path) -> str:
     return "\n".join(parts)
 
 
-def _best(rows: list[dict]) -> dict:
-    return min(rows, key=lambda r: r["joint_ppl"])
-
-
-def claims(results: dict) -> list[dict]:
-    """C1–C9: the paper's claim, the paper's number, ours, and whether ours reproduces it."""
-    out = []
-    benches = results["benchmarks"]
-
-    def add(cid, claim, paper, ours, ok):
-        out.append({"id": cid, "claim": claim, "paper": paper, "ours": ours,
-                    "reproduced": None if ok is None else bool(ok)})
-
-    runs = {n: b["memory_run"]["test"] for n, b in benches.items()}
-    add("C1", "memory + backbone lowers LM perplexity", "GPT2-large WikiText-103 15.81 → 11.41",
-        "; ".join(f"{n}: {t['backbone']:.2f} → {t['memory+backbone']:.2f}" for n, t in runs.items()),
-        all(t["memory+backbone"] < t["backbone"] for t in runs.values()))
-    add("C2", "memory + backbone beats kNN-LM on the same datastore (PPL)", "memory below kNN-LM (Fig. 5 / Table 7)",
-        "; ".join(f"{n}: memory {t['memory+backbone']:.2f} vs kNN-LM {t['knnlm']:.2f}" for n, t in runs.items()),
-        all(t["memory+backbone"] < t["knnlm"] for t in runs.values()))
-
-    def f1(name, method):
-        r = benches[name]["methods"].get(method) or {}
-        return r.get("test", {}).get("f1")
-
-    have = lambda m: all(f1(n, m) is not None for n in benches)  # noqa: E731
-    if have("memory"):
-        add("C3", "memory above the backbone on every closed-book QA benchmark", "Mistral avg 32.12 → 36.06",
-            "; ".join(f"{n}: F1 {f1(n, 'backbone'):.1f} → {f1(n, 'memory'):.1f}" for n in benches),
-            all(f1(n, "memory") > f1(n, "backbone") for n in benches))
-    if have("memory") and have("knnlm"):
-        add("C4", "memory above kNN-LM on QA", "36.06 vs 32.57",
-            "; ".join(f"{n}: {f1(n, 'memory'):.1f} vs {f1(n, 'knnlm'):.1f}" for n in benches),
-            all(f1(n, "memory") > f1(n, "knnlm") for n in benches))
-    if "synthetic" in benches and f1("synthetic", "memory") is not None:
-        rag = max((f1("synthetic", m) for m in ("rag-dense", "rag-bm25") if f1("synthetic", m) is not None),
-                  default=None)
-        if rag is not None:
-            gap = rag - f1("synthetic", "backbone")
-            closed = (f1("synthetic", "memory") - f1("synthetic", "backbone")) / gap if gap > 0 else None
-            add("C5", "memory closes at least half the gap to RAG on synthetic facts (issue goal; paper: memory "
-                "above RAG)", "36.06 vs RAG 33.38",
-                f"backbone {f1('synthetic', 'backbone'):.1f}, memory {f1('synthetic', 'memory'):.1f}, "
-                f"best RAG {rag:.1f}: {fixed(None if closed is None else 100 * closed)} % of the gap closed",
-                closed is not None and closed >= 0.5)
-    if have("memory") and have("cpt") and have("lora"):
-        add("C6", "memory above CPT and LoRA on QA", "36.06 vs CPT 30.53, LoRA 32.28",
-            "; ".join(f"{n}: {f1(n, 'memory'):.1f} vs CPT {f1(n, 'cpt'):.1f}, LoRA {f1(n, 'lora'):.1f}"
-                      for n in benches),
-            all(f1(n, "memory") > max(f1(n, "cpt"), f1(n, "lora")) for n in benches))
-    metrics, table = no_regression_rows(results)
-    if "memory" in table and "backbone" in table:
-        deltas = {m: table["memory"][m] - table["backbone"][m] for m in metrics}
-        worst = min(deltas, key=deltas.get)
-        add("C7", "no general-capability drop beyond one point", "9 NLP tasks 67.86 → 73.07, all above the backbone",
-            f"worst Δ {deltas[worst]:+.1f} ({worst}); mean Δ {sum(deltas.values()) / len(deltas):+.1f}",
-            deltas[worst] >= -1.0)
-    studies = (results.get("ablations") or {}).get("studies", {})
-    if "alpha" in studies:
-        best = _best(studies["alpha"])
-        add("C8", "best α strictly inside (0, 1)", "α ≈ 0.4, both ends worse",
-            f"best {best['variant']} (validation PPL {best['joint_ppl']:.3f})", 0 < best["alpha"] < 1)
-    if "layer" in studies:
-        best = _best(studies["layer"])
-        add("C9", "best key layer below the last", "≈ 70–90 % depth",
-            f"best {best['variant']} (validation PPL {best['joint_ppl']:.3f})", best["layer"] < 1.0)
-    return out
-
-
-def claims_table(results: dict) -> str:
-    rows = [[f"{c['id']}: {c['claim']}", c["paper"], c["ours"],
-             DASH if c["reproduced"] is None else ("yes" if c["reproduced"] else "**no**")] for c in claims(results)]
-    lines = [markdown_table(["claim", "paper", "ours", "reproduced"], rows)]
+def claims_table(found: list[dict], results: dict) -> str:
+    rows = [[f"{c['id']}: {c['claim']}", c["paper"], c["ours"], c["judged_by"],
+             DASH if c["reproduced"] is None else ("yes" if c["reproduced"] else "**no**")] for c in found]
+    lines = [markdown_table(["claim", "paper", "ours", "judged by", "reproduced"], rows),
+             "", "A QA claim that one method beats another holds only when the paired 95 % interval of the F1 "
+             "difference is above 0 on every benchmark; \"not distinguishable\" counts as not reproduced. "
+             "— : undecided (a compared method file kept no per-item scores)."]
     studies = (results.get("ablations") or {}).get("studies", {})
     extra = []
     if "size" in studies:
@@ -235,29 +191,38 @@ def current_names(results: dict) -> dict:
     return {**results, "benchmarks": benches}
 
 
+def _intro(results: dict, command: str, cfg: BootstrapConfig) -> str:
+    run = results["config"]
+    qs = "; ".join(f"{n}: " + ", ".join(f"{k} {v}" for k, v in b["questions"].items())
+                   for n, b in results["benchmarks"].items())
+    return (f"Regenerate from scratch with `{command}` (every number below is read from "
+            f"`{run['out_dir']}/results.json`, written by that command). Backbone `{run['backbone']}`; greedy "
+            f"decoding, prompt `Question: ...\\nAnswer:` after {run.get('shots', 0)} format demonstrations "
+            f"(general-knowledge questions, the same for every method; `mlpmem.inference.prompts`); λ of kNN-LM and "
+            f"MLP Memory chosen on the validation questions from {run['lambda_grid']}. Questions: {qs}. Standard "
+            f"errors and 95 % intervals: percentile bootstrap over the items, {cfg.resamples} resamples, seed "
+            f"{cfg.seed} (`mlpmem.evaluation.stats`).")
+
+
 def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
-    """``docs_dir/report.md`` from the suite's results (old method names accepted)."""
+    """``docs_dir/report.md``, its figures and ``docs_dir/results.json`` (the results without their per-item
+    lists, plus ``intervals`` and ``claims``) from the suite's results (old method names accepted)."""
     results = current_names(results)
     docs = Path(docs_dir)
     docs.mkdir(parents=True, exist_ok=True)
-    cfg = results["config"]
-    qs = "; ".join(f"{n}: " + ", ".join(f"{k} {v}" for k, v in b["questions"].items())
-                   for n, b in results["benchmarks"].items())
+    cfg = bootstrap_config(results)
+    found = claims(results, cfg)
     text = "\n".join([
-        "# Knowledge QA, general capability, baselines and ablations",
-        "",
-        f"Regenerate from scratch with `{command}` (every number below is read from "
-        f"`{cfg['out_dir']}/results.json`, written by that command). Backbone `{cfg['backbone']}`; greedy decoding, "
-        f"prompt `Question: ...\\nAnswer:` after {cfg.get('shots', 0)} format demonstrations (general-knowledge "
-        f"questions, the same for every method; `mlpmem.inference.prompts`); λ of kNN-LM and MLP Memory chosen on the "
-        f"validation questions from {cfg['lambda_grid']}. Questions: {qs}.",
-        "",
-        "## QA table (test questions)", "", qa_table(results), "",
+        "# Knowledge QA, general capability, baselines and ablations", "", _intro(results, command, cfg), "",
+        "## QA table (test questions)", "", qa_table(results, cfg), "",
+        "## Paired differences from the backbone", "", qa_differences(results, cfg, docs), "",
         "## Perplexity of each benchmark's memory run (held-out text of the corpus)", "", perplexity_table(results), "",
-        "## General capability (no regression)", "", no_regression_table(results), "",
-        "## The paper's claims at our scale", "", claims_table(results), "",
+        "## General capability (no regression)", "", no_regression_table(results, cfg, docs), "",
+        "## The paper's claims at our scale", "", claims_table(found, results), "",
         "## Ablations", "", ablation_section(results, docs), "",
     ])
     path = docs / "report.md"
     path.write_text(text)
+    write_json(docs / "results.json", {**without_per_item(results), "intervals": intervals_json(results, cfg, ORDER),
+                                       "claims": found})
     return path

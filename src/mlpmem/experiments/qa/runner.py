@@ -2,8 +2,10 @@
 
 Under ``out_dir/<benchmark>/``: ``data/`` (:mod:`mlpmem.experiments.qa.data`), ``memory-run/`` (the project's
 pipeline on the benchmark's corpus, from its pipeline YAML) and ``methods/<method>.json``: EM / F1 of each
-method (:data:`~mlpmem.baselines.methods.METHODS`) on the test (and held-out) questions, its cost, and for the
-models of ``no_regression.memory_from`` the no-regression battery. Mixing methods get λ tuned here, on the
+method (:data:`~mlpmem.baselines.methods.METHODS`) on the test (and held-out) questions with every question's
+EM / F1 by id (``per_item``, :mod:`mlpmem.experiments.qa.per_item`, for the report's paired intervals) and a
+sample of the predictions, its cost, and for the models of ``no_regression.memory_from`` the no-regression
+battery (with its per-item correctness). Mixing methods get λ tuned here, on the
 validation questions. A method whose file exists is not run again, so an interrupted suite resumes where it
 stopped.
 """
@@ -18,6 +20,7 @@ from mlpmem.experiments.qa.config import QASuiteConfig
 from mlpmem.experiments.qa.data import prepare_data, question_splits
 from mlpmem.experiments.qa.eval_qa import evaluate_questions, tune_lambda
 from mlpmem.experiments.qa.no_regression import no_regression, no_regression_items
+from mlpmem.experiments.qa.per_item import PER_ITEM, qa_per_item
 from mlpmem.experiments.qa.synthetic import SyntheticConfig, chance_accuracy, generate
 from mlpmem.inference.mixing import check_lambda
 from mlpmem.pipeline import run_pipeline
@@ -78,6 +81,7 @@ def _evaluate_splits(ctx: Context, model, prompt_fn, splits=("test", "held_out")
         if split in ctx.questions:
             r = evaluate_questions(model, ctx.tokenizer, ctx.questions[split], prompt_fn, ctx.cfg.generation)
             out[split] = {k: r[k] for k in ("em", "f1", "n", "seconds")}
+            out[split][PER_ITEM] = qa_per_item(r["predictions"])  # every question, by id
             out[split]["predictions"] = r["predictions"][:SAMPLE_PREDICTIONS]
     return out
 

@@ -1,0 +1,186 @@
+"""The QA report's intervals (mlpmem.experiments.qa.intervals / claims / report) on constructed per-item scores:
+per-item scores written and read, a method against itself exactly 0, pairing by id, claims judged by their paired
+intervals, and method files without per-item scores still reported ("no interval")."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mlpmem.errors import CorruptArtifact
+from mlpmem.evaluation.stats import ABOVE, BELOW, SAME, BootstrapConfig
+from mlpmem.experiments.qa.claims import claims
+from mlpmem.experiments.qa.intervals import NO_INTERVAL, compare_scored, intervals_json, score_interval
+from mlpmem.experiments.qa.metrics import score
+from mlpmem.experiments.qa.per_item import PER_ITEM, item_scores, qa_per_item, without_per_item
+from mlpmem.experiments.qa.report import ORDER, write_report
+
+FAST = BootstrapConfig(resamples=1000, seed=0)
+N = 40
+
+
+def scored(right: list[int], prefix: str = "q", items: bool = True) -> dict:
+    """A scored split: EM = F1 = the 1/0 ``right`` per question (ids ``prefix0``, ``prefix1``...)."""
+    out = {"em": 100 * sum(right) / len(right), "f1": 100 * sum(right) / len(right), "n": len(right)}
+    if items:
+        out[PER_ITEM] = {"ids": [f"{prefix}{i}" for i in range(len(right))], "em": list(right), "f1": list(right)}
+    return out
+
+
+def choice(right: list[int], items: bool = True) -> dict:
+    out = {"acc_ll": 100 * sum(right) / len(right), "acc_pmi": 100 * sum(right) / len(right), "n": len(right)}
+    if items:
+        out[PER_ITEM] = {"ids": [f"mc{i}" for i in range(len(right))], "acc_ll": list(right), "acc_pmi": list(right)}
+    return out
+
+
+def suite_results(qa: dict[str, dict[str, list[int]]], nr: dict[str, list[int]] | None = None,
+                  items: bool = True) -> dict:
+    """Results of a suite: ``qa[bench][method]`` per-question 1/0 on the test split; ``nr[method]`` the
+    multiple-choice battery of the synthetic models."""
+    run = {"test": {"backbone": 20.0, "memory+backbone": 15.0, "knnlm": 16.0, "memory": 30.0},
+           "knnlm_chosen": {"k": 16, "temperature": 1.0, "lambda": 0.2}, "datastore_tokens": 1000, "lambda": 0.3}
+    benches = {}
+    for bench, methods in qa.items():
+        benches[bench] = {"memory_run": run, "questions": {"validation": 4, "test": N},
+                          "methods": {m: {"test": scored(r, items=items)} for m, r in methods.items()}}
+    for method, right in (nr or {}).items():
+        benches["synthetic"]["methods"][method]["no_regression"] = {"general_knowledge": choice(right, items)}
+    config = {"out_dir": "runs/qa", "backbone": "tiny", "lambda_grid": [0.0, 0.5], "shots": 0,
+              "no_regression": {"memory_from": "synthetic", "qa_wikidata": 0, "mc_limit": N},
+              "bootstrap": {"resamples": FAST.resamples, "seed": FAST.seed}}
+    return {"benchmarks": benches, "config": config}
+
+
+def claim(found: list[dict], cid: str) -> dict:
+    return next(c for c in found if c["id"] == cid)
+
+
+WRONG, RIGHT = [0] * N, [1] * N
+SOME = [1] * 5 + [0] * (N - 5)  # 5 of 40 right
+
+
+def test_per_item_scores_are_written_and_read_by_id():
+    predictions = [{"id": "a", "prediction": "The Shore", "answers": ["shore"]},
+                   {"id": "b", "prediction": "blue sky", "answers": ["sky", "red"]},
+                   {"id": "c", "prediction": "", "answers": ["x"]}]
+    record = qa_per_item(predictions)
+    assert record == {"ids": ["a", "b", "c"], "em": [1, 0, 0], "f1": [1.0, pytest.approx(0.6667), 0.0]}
+    means = score([p["prediction"] for p in predictions], [p["answers"] for p in predictions])
+    split = {**means, PER_ITEM: record}
+    assert 100 * sum(item_scores(split, "em").values()) / 3 == means["em"]
+    assert 100 * sum(item_scores(split, "f1").values()) / 3 == pytest.approx(means["f1"], abs=0.005)
+    assert item_scores({"em": 1.0}, "em") is None and item_scores(split, "acc_ll") is None  # old file / metric
+    with pytest.raises(CorruptArtifact, match="values for"):
+        item_scores({PER_ITEM: {"ids": ["a"], "em": [1, 0]}}, "em")
+    with pytest.raises(CorruptArtifact, match="repeat"):
+        item_scores({PER_ITEM: {"ids": ["a", "a"], "em": [1, 0]}}, "em")
+    assert without_per_item({"x": [split], "y": 1}) == {"x": [means], "y": 1}
+
+
+def test_a_method_against_itself_is_exactly_zero_and_not_distinguishable():
+    split = scored(SOME)
+    c = compare_scored("synthetic", "f1", split, split, FAST)
+    assert (c.delta.estimate, c.delta.low, c.delta.high, c.delta.stderr) == (0.0, 0.0, 0.0, 0.0)
+    assert c.delta.n == N and c.verdict == SAME == "not distinguishable from base"
+    assert c.base.estimate == c.method.estimate == 12.5 and c.base.stderr > 0
+
+
+def test_pairing_is_by_id_over_the_shared_questions():
+    base = scored(WRONG)
+    method = scored(RIGHT[:30], prefix="q")  # 30 of the 40 questions, all right
+    record = method[PER_ITEM]
+    record["ids"], record["em"] = record["ids"][::-1], record["em"][::-1]  # file order does not matter
+    c = compare_scored("synthetic", "em", base, method, FAST)
+    assert c.delta.n == 30 and c.delta.estimate == 100.0 and c.verdict == ABOVE
+    assert compare_scored("synthetic", "em", base, scored(RIGHT, prefix="other"), FAST).verdict == NO_INTERVAL
+    old = compare_scored("synthetic", "em", base, scored(RIGHT, items=False), FAST)
+    assert old.delta is None and old.verdict == NO_INTERVAL and old.point_delta == 100.0
+
+
+def test_claims_hold_only_when_the_paired_interval_excludes_zero():
+    clear = suite_results({"synthetic": {"backbone": WRONG, "knnlm": SOME, "cpt": WRONG, "lora": WRONG,
+                                         "memory": RIGHT},
+                           "disfl_qa": {"backbone": SOME, "knnlm": SOME, "cpt": SOME, "lora": WRONG,
+                                        "memory": RIGHT}})
+    found = claims(clear, FAST)
+    for cid in ("C3", "C4", "C6"):
+        assert claim(found, cid)["reproduced"] is True, cid
+        assert claim(found, cid)["judged_by"] == "paired 95 % interval"
+        assert all(x["verdict"] == ABOVE for x in claim(found, cid)["comparisons"])
+    assert claim(found, "C1")["judged_by"] == "point estimate" and claim(found, "C1")["reproduced"] is True
+    # one benchmark where memory equals the backbone: "not distinguishable", so C3 is not reproduced
+    tied = suite_results({"synthetic": {"backbone": WRONG, "memory": RIGHT},
+                          "disfl_qa": {"backbone": SOME, "memory": SOME}})
+    c3 = claim(claims(tied, FAST), "C3")
+    assert c3["reproduced"] is False and "not distinguishable from base" in c3["ours"]
+    # a point estimate above but an interval covering 0 (one question of 40) does not hold either
+    one = [1] + [0] * (N - 1)
+    close = suite_results({"synthetic": {"backbone": WRONG, "memory": one}})
+    c3 = claim(claims(close, FAST), "C3")
+    assert c3["comparisons"][0]["delta_vs_base"]["estimate"] == 2.5 and c3["reproduced"] is False
+
+
+def test_rag_gap_claim_is_a_paired_contrast():
+    half = [1] * 20 + [0] * 20
+    most = [1] * 36 + [0] * 4
+    holds = suite_results({"synthetic": {"backbone": WRONG, "rag-bm25": RIGHT, "memory": most}})
+    c5 = claim(claims(holds, FAST), "C5")
+    assert c5["reproduced"] is True and "90.0 % of the gap closed" in c5["ours"]
+    fails = suite_results({"synthetic": {"backbone": WRONG, "rag-bm25": RIGHT, "memory": SOME}})
+    assert claim(claims(fails, FAST), "C5")["reproduced"] is False
+    exactly = suite_results({"synthetic": {"backbone": WRONG, "rag-bm25": RIGHT, "memory": half}})
+    assert claim(claims(exactly, FAST), "C5")["comparisons"][0]["verdict"] == SAME
+
+
+def test_no_regression_claim_fails_only_below_the_backbone():
+    qa = {"synthetic": {"backbone": WRONG, "memory": RIGHT}}
+    below = claim(claims(suite_results(qa, {"backbone": RIGHT, "memory": SOME}), FAST), "C7")
+    assert below["reproduced"] is False and BELOW in below["ours"]
+    same = claim(claims(suite_results(qa, {"backbone": SOME, "memory": SOME}), FAST), "C7")
+    assert same["reproduced"] is True and "2 not distinguishable from base" in same["ours"]
+
+
+def test_report_and_results_json_carry_the_intervals(tmp_path):
+    results = suite_results({"synthetic": {"backbone": WRONG, "memory": RIGHT, "knnlm": SOME},
+                             "disfl_qa": {"backbone": SOME, "memory": SOME, "knnlm": WRONG}},
+                            {"backbone": SOME, "memory": SOME})
+    write_report(results, tmp_path, "mlpmem qa report suite.yaml")
+    report = (tmp_path / "report.md").read_text()
+    assert "Δ vs backbone [95 % CI]" in report and "| MLP Memory | synthetic | F1 | 40 |" in report
+    assert "+100.0 [+100.0, +100.0]" in report and "not distinguishable from base" in report
+    assert "![Δ F1 vs backbone](qa-delta-f1.png)" in report and (tmp_path / "qa-delta-f1.png").stat().st_size > 0
+    assert (tmp_path / "no-regression-delta.png").is_file()
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert PER_ITEM not in json.dumps(saved)  # the docs copy is compact
+    qa = saved["intervals"]["qa"]["synthetic"]
+    assert qa["n_test"] == N
+    knn = qa["methods"]["knnlm"]["test"]
+    assert knn["f1"]["stderr"] > 0 and knn["f1"]["estimate"] == 12.5
+    assert knn["delta_vs_base"]["f1"]["verdict"] == ABOVE and len(knn["delta_vs_base"]["f1"]["ci95"]) == 2
+    nr = saved["intervals"]["no_regression"]["general_knowledge"]
+    assert nr["n_items"] == N and set(nr["methods"]["memory"]) == {"acc", "pmi", "delta_vs_base"}
+    assert nr["methods"]["memory"]["delta_vs_base"]["pmi"]["ci95"] == [0.0, 0.0]
+    assert claim(saved["claims"], "C3")["reproduced"] is False  # disfl_qa: memory ties the backbone
+
+
+def test_method_files_without_per_item_scores_still_make_a_report(tmp_path):
+    old = suite_results({"synthetic": {"base": WRONG, "memory": RIGHT, "knnlm": SOME}}, {"base": SOME, "memory": SOME},
+                        items=False)  # an earlier suite: no per-item scores, the backbone under its old name
+    write_report(old, tmp_path, "mlpmem qa report suite.yaml")
+    report = (tmp_path / "report.md").read_text()
+    assert f"100.0 ({NO_INTERVAL})" in report and "+100.0 (no interval)" in report
+    assert "(no Δ F1 vs backbone figure" in report and not (tmp_path / "qa-delta-f1.png").exists()
+    saved = json.loads((tmp_path / "results.json").read_text())
+    memory = saved["intervals"]["qa"]["synthetic"]["methods"]["memory"]["test"]
+    assert memory["f1"] == {"estimate": 100.0, "stderr": None, "ci95": None, "n": N}
+    assert memory["delta_vs_base"]["f1"]["verdict"] == NO_INTERVAL
+    assert claim(saved["claims"], "C3")["reproduced"] is None and claim(saved["claims"], "C7")["reproduced"] is None
+    # a mix: the memory's file has per-item scores, the backbone's not -> still no interval for the pair
+    mixed = suite_results({"synthetic": {"backbone": WRONG, "memory": RIGHT}})
+    del mixed["benchmarks"]["synthetic"]["methods"]["backbone"]["test"][PER_ITEM]
+    split = mixed["benchmarks"]["synthetic"]["methods"]["memory"]["test"]
+    assert score_interval(split, "f1", FAST).stderr == 0.0
+    js = intervals_json(mixed, FAST, ORDER)["qa"]["synthetic"]["methods"]["memory"]["test"]
+    assert js["f1"]["stderr"] == 0.0 and js["delta_vs_base"]["f1"]["ci95"] is None
