@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import mlpmem.maintenance.forget as forget_module
+from helpers.corpus import write_corpus
 from helpers.fast import quiet_and_fast  # noqa: F401 (autouse: no fsync, one thread)
 from helpers.maintenance import new_docs, state, tiny_run
 from mlpmem.cli import main
@@ -61,6 +62,23 @@ def test_forgetting_a_corpus_document_recomputes_the_teacher_without_it(run_dir,
         np.testing.assert_array_equal(teacher.array(name), reference.array(name))
     assert store.manifest["num_windows"] == windows_before - summary["windows_removed"] < windows_before
     assert docs[1]["id"] not in {d["id"] for d in ledger(run_dir)["documents"]}
+
+
+def test_forgetting_from_a_run_of_few_large_shards(tmp_path, tiny_backbone_dir):
+    """Every shard rewritten (datastore and teacher) and every teacher shard searched again: each takes a new file
+    number, more than twice the shard count."""
+    folder = tmp_path / "big-shards"
+    assert main(["run", "configs/tiny.yaml", "--quiet", "--set", f"backbone.name={tiny_backbone_dir}", "--set",
+                 f"corpus.path={write_corpus(tmp_path / 'corpus', 10)}", "--set", f"run_dir={folder}",
+                 "--set", "datastore.batches_per_shard=64"]) == 0
+    docs = ledger_documents(folder)
+    shards = len(KeyStore(folder / "datastore").manifest["shards"])
+    summary = forget_run(tiny_run(folder), [d["name"] for d in docs[::2]], QUICK)
+    assert 2 * summary["shards_rewritten"] + summary["teacher_shards_refreshed"] > 2 * shards
+    store = KeyStore(folder / "datastore")
+    teacher = TeacherStore(folder / "teacher", datastore=store)
+    build_teacher(store.path, tmp_path / "fresh", TeacherConfig(**_teacher_settings(teacher)), progress=False)
+    np.testing.assert_array_equal(teacher.array("ids"), TeacherStore(tmp_path / "fresh").array("ids"))
 
 
 def ledger_documents(run_dir) -> list[dict]:

@@ -74,7 +74,9 @@ def _forget(op: Operation, held: Holdings, drop: list[int], cfg: MaintenanceConf
     gone = _forgotten_rows(op, held, drop)
     old_ds, old_teacher = op.live_datastore(), op.live_teacher()
     used = used_numbers([op.store.path, op.teacher.path], [op.store.manifest, op.teacher.manifest])
-    numbers = iter(allocate(2 * len(old_ds), used))
+    # every rewritten datastore shard, every rewritten teacher shard and every re-searched one needs a new number;
+    # the teacher may hold more shards than the datastore
+    numbers = iter(allocate(len(old_ds) + 2 * len(old_teacher), used))
     windows = _windows_per_shard(op, held, drop)
     ds, teacher = _kept_shards(op, old_ds, old_teacher, gone, windows, numbers)
     view = ShardView(ds, op.store.hidden_size, f"datastore of {op.run.dir} without the forgotten documents")
