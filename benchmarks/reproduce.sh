@@ -82,6 +82,5 @@ $M qa report configs/qa/gate.yaml --no-ablations
 $M scale-data configs/default.yaml --train-tokens 40000,80000,120000,0 --out runs/data-scaling
 cp runs/data-scaling/{report.md,results.json,data_scaling.png} docs/results/data-scaling/
 $M summarize runs/default --out /tmp/summary-default.md --copy-reports docs/results
-# update / forget / explain on synthetic facts (docs/results/update): the reduced size measured so far
-$M update-study configs/maintenance/study.yaml --out runs/update-study-60 --set synthetic.num_entities=60 \
-  --set questions=40 --set explain_questions=24 --quiet
+# update / forget / explain on synthetic facts (docs/results/update)
+MLPMEM_THREADS=1 $M update-study configs/maintenance/study.yaml --out runs/update-study --quiet
