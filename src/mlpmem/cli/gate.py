@@ -9,10 +9,8 @@ import re
 from mlpmem.errors import MlpmemError
 from mlpmem.pipeline import require
 from mlpmem.pipeline.config import PipelineConfig
-from mlpmem.pipeline.gate import stage_gate
+from mlpmem.pipeline.gate import gate_with_report
 from mlpmem.pipeline.run import Run
-from mlpmem.reporting.gate_report import write_gate_report
-from mlpmem.utils.lock import folder_lock
 from mlpmem.utils.runtime import set_threads
 
 
@@ -27,11 +25,8 @@ def gate(args: argparse.Namespace) -> None:
     name = args.name or run.dir.name
     if not re.fullmatch(r"[\w.+-]+", name):
         raise MlpmemError(f"--name {name!r}: use letters, digits and . + - _ only (it names a file)")
-    with folder_lock(run.layout.gate, args.command_line):
-        entry = stage_gate(run, run.cfg.gate, args.rebuild, args.decode_tokens, args.decode_rounds)
-        lambda_t = entry.pop("lambda_t")
-        for folder in [run.layout.gate, *([args.report] if args.report else [])]:
-            write_gate_report(folder, name, entry, lambda_t, args.command_line)
+    entry = gate_with_report(run, name, args.command_line, [args.report] if args.report else [], args.rebuild,
+                             args.decode_tokens, args.decode_rounds)
     speed = f", decode gate/fixed {entry['decode_ratio']:.3f}" if "decode_ratio" in entry else ""
     print(f"{name}: test PPL fixed λ={entry['lambda_fixed']:g} {entry['ppl_fixed']:.3f}, gate "
           f"{entry['ppl_gate']:.3f} (mean λ_t {entry['mean_gate']:.3f}){speed}\n"

@@ -47,8 +47,10 @@ from mlpmem.memory import MLPMemory
 from mlpmem.pipeline import records
 from mlpmem.pipeline.corpus import split_tokens
 from mlpmem.pipeline.run import Run
+from mlpmem.reporting.gate_report import write_gate_report
 from mlpmem.training.data import memory_logprobs
 from mlpmem.training.gate import GateData, GateTrainConfig, train_gate
+from mlpmem.utils.lock import folder_lock
 from mlpmem.utils.shards import read_json, temporary
 
 FEATURE_ROWS = 256
@@ -268,3 +270,15 @@ def stage_gate(run: Run, config: GateTrainConfig, rebuild: bool = False, decode_
     entry.update(run_dir=str(run.dir), corpus=run.cfg.corpus.name or run.cfg.corpus.path, gate=config.to_dict(),
                  train={k: v for k, v in summary.items() if k != "history"}, history=summary["history"], **speed)
     return {**entry, "lambda_t": test["lambda_t"], "examples": examples(run, test)}
+
+
+def gate_with_report(run: Run, name: str, command: str, folders=(), rebuild: bool = False, decode_tokens: int = 32,
+                     decode_rounds: int = 5) -> dict:
+    """:func:`stage_gate` under the gate folder's lock, its report written to ``run_dir/gate/`` and to ``folders``;
+    returns the entry without its per-position λ_t."""
+    with folder_lock(run.layout.gate, command):
+        entry = stage_gate(run, run.cfg.gate, rebuild, decode_tokens, decode_rounds)
+        lambda_t = entry.pop("lambda_t")
+        for folder in [run.layout.gate, *folders]:
+            write_gate_report(folder, name, entry, lambda_t, command)
+    return entry

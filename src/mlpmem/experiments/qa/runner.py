@@ -25,11 +25,9 @@ from mlpmem.experiments.qa.synthetic import SyntheticConfig, chance_accuracy, ge
 from mlpmem.inference.mixing import check_lambda
 from mlpmem.pipeline import run_pipeline
 from mlpmem.pipeline.config import PipelineConfig
-from mlpmem.pipeline.gate import stage_gate
+from mlpmem.pipeline.gate import gate_with_report
 from mlpmem.pipeline.run import Run
-from mlpmem.reporting.gate_report import write_gate_report
 from mlpmem.utils.io import read_jsonl
-from mlpmem.utils.lock import folder_lock
 from mlpmem.utils.shards import read_json, write_json
 
 SAMPLE_PREDICTIONS = 20
@@ -104,10 +102,7 @@ def ensure_gate(ctx: Context) -> dict:
     returns the gate's perplexity comparison on the run's test text."""
     path = ctx.run.layout.gate / "results.json"
     if not path.exists():
-        with folder_lock(ctx.run.layout.gate, f"mlpmem qa report ({ctx.name}: memory-gate)"):
-            entry = stage_gate(ctx.run, ctx.run.cfg.gate, decode_tokens=0)
-            write_gate_report(ctx.run.layout.gate, ctx.name, {k: v for k, v in entry.items() if k != "lambda_t"},
-                              entry["lambda_t"], "mlpmem qa report")
+        gate_with_report(ctx.run, ctx.name, f"mlpmem qa report ({ctx.name}: memory-gate)", decode_tokens=0)
     entry = read_json(path, "gate results")["corpora"][ctx.name]
     return {k: entry[k] for k in ("ppl_fixed", "ppl_gate", "mean_gate", "lambda_fixed")}
 
