@@ -10,6 +10,7 @@ from mlpmem.backbone import (
     fingerprint,
     load_backbone,
     resolve_layer,
+    resolve_precision,
 )
 from mlpmem.errors import ConfigError, FingerprintMismatch, MlpmemError
 
@@ -86,3 +87,12 @@ def test_load_local_folder_and_missing(tiny_backbone_dir, tmp_path):
     assert not model.training and len(decoder_layers(model)) == 3
     with pytest.raises(MlpmemError, match="cannot load backbone"):
         load_backbone(str(tmp_path / "nope"))
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_precision_is_bf16_only_on_hardware_with_native_bf16(native, monkeypatch):
+    monkeypatch.setattr("mlpmem.backbone.cpu_has_native_bf16", lambda: native)
+    assert resolve_precision("auto", "cpu") == ("bf16" if native else "fp32")
+    assert resolve_precision("fp32", "cpu") == "fp32" and resolve_precision("bf16", "cpu") == "bf16"
+    with pytest.raises(ConfigError, match="precision"):
+        resolve_precision("fp16", "cpu")

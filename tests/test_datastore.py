@@ -76,6 +76,14 @@ def test_bf16_store_is_close_to_fp32_and_records_precision(docs, tiny_llama, tin
         build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "fp32", with_lm=True, precision="bf16", **KW)
 
 
+def test_auto_precision_store_records_what_ran(docs, tiny_llama, tiny_tokenizer, tmp_path, monkeypatch):
+    monkeypatch.setattr("mlpmem.backbone.cpu_has_native_bf16", lambda: False)
+    build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "auto", precision="auto", **KW)
+    build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "fp32", **KW)
+    assert KeyStore(tmp_path / "auto").manifest["precision"] == "fp32"
+    assert np.array_equal(KeyStore(tmp_path / "auto").array("keys"), KeyStore(tmp_path / "fp32").array("keys"))
+
+
 def test_rerun_of_complete_store_does_nothing(docs, tiny_llama, tiny_tokenizer, tmp_path):
     build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", **KW)
     before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "ds").iterdir()}

@@ -11,6 +11,7 @@ extraction never runs the layers above the chosen one.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import inspect
@@ -30,9 +31,11 @@ from mlpmem.errors import ConfigError, FingerprintMismatch, MlpmemError
 from mlpmem.utils.io import cache_root
 
 SITES = ("ffn_input", "residual")
-PRECISIONS = ("fp32", "bf16")
-"""Compute precision of backbone passes: fp32, or bf16 autocast (weights stay fp32; faster where the hardware has
-bf16 matmuls: AVX512-BF16 / AMX CPUs, GPUs). Keys are stored in fp16 either way."""
+PRECISIONS = ("auto", "fp32", "bf16")
+"""Compute precision of backbone passes: fp32, bf16 autocast (weights stay fp32), or ``auto``: bf16 where the
+hardware multiplies bf16 natively (a GPU with bf16, a CPU with AVX512-BF16 or AMX), fp32 elsewhere, since on an
+AVX2-only CPU bf16 is emulated and several times slower than fp32. Keys are stored in fp16 either way."""
+BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 
 @dataclass(frozen=True)
@@ -197,11 +200,34 @@ def check_precision(precision: str) -> str:
     return precision
 
 
+@functools.cache
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 in hardware (``/proc/cpuinfo`` flags; False where it cannot be read)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return bool(BF16_CPU_FLAGS & set(flags))
+
+
+def resolve_precision(precision: str, device: torch.device | str = "cpu") -> str:
+    """``fp32`` or ``bf16``: ``precision`` itself, or for ``auto`` bf16 only where ``device`` computes it natively."""
+    if check_precision(precision) != "auto":
+        return precision
+    device = torch.device(device)
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if device.type == "cpu" and cpu_has_native_bf16() else "fp32"
+
+
 def autocast(model: nn.Module, precision: str = "fp32"):
-    """A context running ``model`` at ``precision`` (bf16 through torch.autocast on its device)."""
-    if check_precision(precision) == "fp32":
+    """A context running ``model`` at ``precision`` (bf16 through torch.autocast on its device; ``auto`` resolved
+    for that device by :func:`resolve_precision`)."""
+    device = next(model.parameters()).device
+    if resolve_precision(precision, device) == "fp32":
         return contextlib.nullcontext()
-    return torch.autocast(next(model.parameters()).device.type, dtype=torch.bfloat16)
+    return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
 def output_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
@@ -304,8 +330,9 @@ class BackboneConfig(Config):
     """Key layer: an index (negative from the end) or a depth fraction in (0, 1]."""
     site: str = "ffn_input"
     """``ffn_input`` (input of the layer's feed-forward block) or ``residual`` (block output)."""
-    precision: str = "bf16"
-    """Compute precision of the datastore and evaluation passes: ``bf16`` (autocast) or ``fp32``."""
+    precision: str = "auto"
+    """Compute precision of the datastore and evaluation passes: ``bf16`` (autocast), ``fp32``, or ``auto`` (bf16
+    only where the hardware computes it natively, see :data:`PRECISIONS`)."""
 
     def validate(self) -> None:
         check_precision(self.precision)

@@ -37,6 +37,7 @@ from mlpmem.backbone import (
     output_logits,
     packing_unsupported,
     resolve_layer,
+    resolve_precision,
 )
 from mlpmem.corpora.documents import (
     Window,
@@ -197,6 +198,7 @@ def build_keystore(model, tokenizer, token_docs: Sequence[np.ndarray], out_dir: 
     dist = dist or current()
     out_dir = Path(out_dir)
     _check_context(model, block_size)
+    precision = resolve_precision(precision, next(model.parameters()).device)  # the manifest names what ran
     pack_into, fallback = _pack_into(model, resolve_layer(model, layer), site, block_size) if pack else (None, None)
     settings = _settings(model, tokenizer, token_docs, layer, site, block_size, stride, batch_size,
                          batches_per_shard, with_lm, precision, pack_into is not None)

@@ -70,14 +70,16 @@ def distribution_stats(run, memory, num_positions: int = 1024) -> dict:
 
 def headline(run, results: dict, train: dict) -> dict:
     """The keys every run's ``results.json`` carries for comparison across runs: test PPL per method, tokens for
-    80 % of the mass per distribution, epochs trained, training tokens/s and its fraction of the bf16 matmul peak
-    (measured now, on this machine: the fraction is only as comparable as the load during both)."""
+    80 % of the mass per distribution, epochs trained, training tokens/s and its fraction of the matmul peak of the
+    precision it trained in (measured now, on this machine: the fraction is only as comparable as the load during
+    both; ``train_peak_fraction_bf16`` only for a bf16 training)."""
     state_path = run.layout.train / "train_state.json"
     state = read_json(state_path, "train state") if state_path.exists() else {}
     rows = KeyStore(run.layout.datastore).num_rows
     epochs = train["tokens"] / rows if train.get("tokens") else None
     flops, tps = train.get("flops_per_token"), train.get("tokens_per_s")
-    peak = matmul_peak(torch.bfloat16) if flops and tps else None
+    precision = train.get("precision", "bf16")  # a run timed before the record named its precision trained bf16
+    peak = matmul_peak(torch.bfloat16 if precision == "bf16" else torch.float32) if flops and tps else None
     test, dist = results["test"], results["distribution"]
     return {
         "test_ppl": {"backbone": test["backbone"], "knnlm": test["knnlm"], "memory": test["memory"],
@@ -89,7 +91,9 @@ def headline(run, results: dict, train: dict) -> dict:
         "stopped_early": state.get("stopped_early"),
         "train_tokens_per_s": tps,
         "train_flops_per_token": flops,
-        "train_peak_fraction_bf16": flops * tps / peak if peak else None,
+        "train_precision": precision if flops and tps else None,
+        "train_peak_fraction": flops * tps / peak if peak else None,
+        "train_peak_fraction_bf16": flops * tps / peak if peak and precision == "bf16" else None,
     }
 
 

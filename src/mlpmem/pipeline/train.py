@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mlpmem.backbone import decoder_layers
+from mlpmem.backbone import decoder_layers, resolve_precision
 from mlpmem.datastore import KeyStore
 from mlpmem.layout import RunLayout, is_train_written
 from mlpmem.memory import MemoryConfig, MLPMemory, init_from_backbone, init_identity, tie_to_backbone
@@ -94,5 +94,6 @@ def stage_train(run: Run, rebuild: bool = False, out: Path | None = None) -> dic
         steps_per_epoch = math.ceil(len(data.targets) / run.cfg.train.batch_size)  # fewer steps if stopped early
         tokens = tokens_seen(state["step"], steps_per_epoch, run.cfg.train.batch_size, len(data.targets))
         run.record_timing("train", tokens=tokens, seconds=state["train_seconds"], tokens_per_s=state["tokens_per_s"],
-                          flops_per_token=train_flops_per_token(memory, data, run.cfg.train))
+                          flops_per_token=train_flops_per_token(memory, data, run.cfg.train),
+                          precision=resolve_precision(run.cfg.train.precision, memory.head.weight.device))
     return state

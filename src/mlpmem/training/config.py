@@ -46,8 +46,9 @@ class TrainConfig(Config):
     """Head and loss as one chunked pass with closed-form gradients (:mod:`mlpmem.training.fused_loss`), its
     matmuls in ``precision``; False: the head under autocast, then the sparse loss on the (B, V) logits. The
     sharded (FSDP) path always uses the latter."""
-    precision: Literal["fp32", "bf16"] = "bf16"
-    """``bf16`` (autocast: bf16 matmuls in the forward, fp32 weights, loss and optimizer) or ``fp32``."""
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """``bf16`` (autocast: bf16 matmuls in the forward, fp32 weights, loss and optimizer), ``fp32``, or ``auto``:
+    bf16 only where the hardware computes it natively (:func:`mlpmem.backbone.resolve_precision`)."""
     checkpoint_every: int = 200
     """Steps between checkpoints (and always at the end of an epoch)."""
     eval_lambdas: list[float] = field(default_factory=lambda: [round(0.05 * i, 2) for i in range(21)])

@@ -31,9 +31,25 @@ def train_flops_per_token(memory: MLPMemory, data: TrainData, cfg: TrainConfig) 
     return counter.get_total_flops() / n
 
 
-def matmul_peak(dtype: torch.dtype = torch.bfloat16, size: int = 2048, repeats: int = 5) -> float:
-    """FLOP/s of a (size x size) @ (size x size) ``torch.mm`` in ``dtype``: the best of ``repeats`` after a
+def peak_size(dtype: torch.dtype, max_size: int = 2048, min_seconds: float = 0.02) -> int:
+    """The square size at which to time ``torch.mm`` in ``dtype``: doubled from 256 (or ``max_size`` if smaller)
+    until one product takes ``min_seconds`` or the size reaches ``max_size``. A dtype the hardware only emulates
+    (bf16 on an AVX2 CPU, ~50x slower than fp32) then costs a fraction of a second instead of minutes."""
+    size = min(256, max_size)
+    while size < max_size:
+        a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        if time.perf_counter() - t0 >= min_seconds:
+            break
+        size = min(2 * size, max_size)
+    return size
+
+
+def matmul_peak(dtype: torch.dtype = torch.bfloat16, max_size: int = 2048, repeats: int = 5) -> float:
+    """FLOP/s of a square ``torch.mm`` in ``dtype`` (sized by :func:`peak_size`): the best of ``repeats`` after a
     warm-up (the machine's attainable rate, not its average under load)."""
+    size = peak_size(dtype, max_size)
     a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
     torch.mm(a, b)
     best = float("inf")

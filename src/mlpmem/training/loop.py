@@ -27,7 +27,7 @@ from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list
 from tqdm.auto import tqdm
 
-from mlpmem.backbone import autocast
+from mlpmem.backbone import autocast, resolve_precision
 from mlpmem.errors import ConfigError
 from mlpmem.memory.model import MLPMemory
 from mlpmem.training.checkpoint import flat_moments, load_checkpoint, recover_checkpoint, save_checkpoint
@@ -142,7 +142,7 @@ def batch_loss(model: torch.nn.Module, memory: MLPMemory, batch: dict, cfg: Trai
     if not fused:  # token ids in ``batch`` are head rows (a corpus head scores only its tokens)
         return sparse_hybrid_loss(out, *teacher, cfg.alpha, cfg.loss_chunk)
     head = memory.head
-    dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float32
+    dtype = torch.bfloat16 if resolve_precision(cfg.precision, head.weight.device) == "bf16" else torch.float32
     return fused_head_loss(out.float(), head.weight, head.bias, *teacher, cfg.alpha,
                            chunk_size=cfg.loss_chunk or FUSED_CHUNK, compute_dtype=dtype)
 

@@ -9,7 +9,8 @@ Measured side by side (``repeats`` interleaved repetitions after a warm-up, medi
    ``stage_datastore`` (keys of the training split: scored tokens/s, I/O included), ``stage_teacher``
    (kNN search + sparse top-K targets) and memory training (:func:`~mlpmem.training.loop.train_memory` for
    ``train_steps`` steps at the run's batch size and precision). Ratio teacher / key-extraction seconds.
-3. **Matmul peak**: a plain ``torch.mm`` of ``peak_size``² matrices in fp32 and bf16 on the same threads;
+3. **Matmul peak**: a plain square ``torch.mm`` (up to ``peak_size``², smaller where one product already takes
+   20 ms, e.g. bf16 emulated on an AVX2 CPU) in fp32 and bf16 on the same threads;
    training reaches ``FLOPs/token × tokens/s`` where FLOPs/token of one training step (forward + backward)
    are counted by ``torch.utils.flop_counter.FlopCounterMode``; fraction of the peak of its precision.
 4. **Teacher bytes per token**: from its manifest (6·K + 4) and the bytes on disk.
@@ -36,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mlpmem.backbone import autocast
+from mlpmem.backbone import autocast, resolve_precision
 from mlpmem.config import Config
 from mlpmem.corpora.documents import document_lengths, make_windows
 from mlpmem.datastore import KeyStore, encode_windows, pad_windows
@@ -53,7 +54,7 @@ from mlpmem.pipeline.train import build_memory, eval_data, head_vocabulary
 from mlpmem.reporting.tables import markdown_table
 from mlpmem.teacher import TeacherStore, knn_sparse
 from mlpmem.training.data import TrainData
-from mlpmem.training.flops import train_flops_per_token
+from mlpmem.training.flops import peak_size, train_flops_per_token
 from mlpmem.training.loop import train_memory
 
 
@@ -95,7 +96,7 @@ def forward_vs_keys(run, cfg: OfflineBenchConfig) -> dict:
     size = rc.datastore.batch_size
     batches = [windows[i : i + size] for i in range(0, len(windows), size)]
     tokens = sum(w.end - w.start for w in windows)
-    precision = rc.backbone.precision
+    precision = resolve_precision(rc.backbone.precision, next(model.parameters()).device)
 
     def plain(prec):
         def go():
@@ -132,12 +133,15 @@ def _interleave(fns: dict, cfg: OfflineBenchConfig, work: float) -> dict:
 # 2.-3. Pipeline stages, FLOPs and peak
 
 
-def matmul_peak(size: int, cfg: OfflineBenchConfig) -> dict:
-    """FLOP/s of a plain (size x size) @ (size x size) matmul in fp32 and bf16."""
+def matmul_peak(max_size: int, cfg: OfflineBenchConfig) -> dict:
+    """FLOP/s of a plain square matmul in fp32 and bf16, each at the size :func:`peak_size` picks (at most
+    ``max_size``, recorded as ``size``)."""
     out = {}
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        size = peak_size(dtype, max_size)
         a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-        out[name] = _interleave({name: functools.partial(torch.mm, a, b)}, cfg, 2.0 * size**3)[name]
+        out[name] = {**_interleave({name: functools.partial(torch.mm, a, b)}, cfg, 2.0 * size**3)[name],
+                     "size": size}
     return out
 
 
@@ -180,7 +184,8 @@ def stages(run, cfg: OfflineBenchConfig) -> dict:
                       if (fused, vocab) == (train_cfg.fused_loss, run.cfg.memory.vocab))]
     return {"timings": timings, "train": {"steps": state["step"], "batch_size": train_cfg.batch_size,
                                           "seconds": main["seconds"], "tokens_per_s": main["tokens_per_s"],
-                                          "precision": train_cfg.precision, "flops_per_token": main["flops_per_token"],
+                                          "precision": resolve_precision(train_cfg.precision),
+                                          "flops_per_token": main["flops_per_token"],
                                           "loss_paths": paths,
                                           "fused_over_autograd": paths["fused"]["tokens_per_s"]
                                           / paths["autograd"]["tokens_per_s"],
@@ -329,8 +334,9 @@ def report(r: dict) -> str:
               f"corpus head / autograd: **{st['train']['corpus_head_over_autograd']:.2f}** (target ≥ 3).", ""]
     peak = r["matmul_peak_flops"]
     lines += ["## Training against the measured matmul peak\n",
-              f"Plain {cfg['peak_size']}² matmul: fp32 {peak['fp32']['median'] / 1e9:.1f} GFLOP/s, bf16 "
-              f"{peak['bf16']['median'] / 1e9:.1f} GFLOP/s. Training: {st['train']['flops_per_token'] / 1e6:.1f} "
+              f"Plain square matmul: fp32 {peak['fp32']['median'] / 1e9:.1f} GFLOP/s "
+              f"({peak['fp32'].get('size', cfg['peak_size'])}²), bf16 {peak['bf16']['median'] / 1e9:.1f} GFLOP/s "
+              f"({peak['bf16'].get('size', cfg['peak_size'])}²). Training: {st['train']['flops_per_token'] / 1e6:.1f} "
               f"MFLOP/token (FlopCounterMode, forward + backward) x {st['train']['tokens_per_s']:.0f} tokens/s = "
               f"{r['train_flops_per_s'] / 1e9:.1f} GFLOP/s = **{100 * r['train_fraction_of_peak']:.0f} %** of the "
               f"{st['train']['precision']} peak ({100 * r['train_fraction_of_peak_fp32']:.0f} % of the fp32 peak; "

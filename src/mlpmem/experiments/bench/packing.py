@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mlpmem.backbone import load_backbone, resolve_layer
+from mlpmem.backbone import load_backbone, resolve_layer, resolve_precision
 from mlpmem.config import Config
 from mlpmem.corpora.documents import Document, Windows, make_windows, tokenize_documents
 from mlpmem.datastore import encode_windows, packing_check, window_batches
@@ -153,7 +153,8 @@ def run_bench(config_path: str, cfg: PackingBenchConfig) -> dict:
     rc = PipelineConfig.from_yaml(config_path)
     used_threads = threads(cfg.threads)
     model, tokenizer = load_backbone(rc.backbone.name)
-    layer, site, precision = resolve_layer(model, rc.backbone.layer), rc.backbone.site, rc.backbone.precision
+    layer, site = resolve_layer(model, rc.backbone.layer), rc.backbone.site
+    precision = resolve_precision(rc.backbone.precision)
     reason = packing_check(model, layer, site)
     if reason is not None:
         raise MlpmemError(f"backbone {rc.backbone.name!r} cannot run packed rows: {reason}")
