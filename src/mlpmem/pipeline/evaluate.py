@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mlpmem.backbone import KeyHook
+from mlpmem.backbone import KeyHook, resolve_precision
 from mlpmem.corpora.documents import document_lengths, make_windows
 from mlpmem.datastore import KeyStore, pad_windows
 from mlpmem.inference.perplexity import best_lambda, lambda_curve, perplexity, tokens_for_mass
@@ -78,7 +78,8 @@ def headline(run, results: dict, train: dict) -> dict:
     rows = KeyStore(run.layout.datastore).num_rows
     epochs = train["tokens"] / rows if train.get("tokens") else None
     flops, tps = train.get("flops_per_token"), train.get("tokens_per_s")
-    precision = train.get("precision", "bf16")  # a run timed before the record named its precision trained bf16
+    # the precision training ran in; a run recorded before it was named gave it explicitly in its config
+    precision = train.get("precision") or resolve_precision(run.cfg.train.precision)
     peak = matmul_peak(torch.bfloat16 if precision == "bf16" else torch.float32) if flops and tps else None
     test, dist = results["test"], results["distribution"]
     return {

@@ -154,7 +154,7 @@ def run_bench(config_path: str, cfg: PackingBenchConfig) -> dict:
     used_threads = threads(cfg.threads)
     model, tokenizer = load_backbone(rc.backbone.name)
     layer, site = resolve_layer(model, rc.backbone.layer), rc.backbone.site
-    precision = resolve_precision(rc.backbone.precision)
+    precision = resolve_precision(rc.backbone.precision, next(model.parameters()).device)
     reason = packing_check(model, layer, site)
     if reason is not None:
         raise MlpmemError(f"backbone {rc.backbone.name!r} cannot run packed rows: {reason}")
