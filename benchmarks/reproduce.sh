@@ -71,10 +71,10 @@ MLPMEM_THREADS=1 $M gate configs/quick.yaml --set run_dir=runs/quick-corpus --se
 MLPMEM_THREADS=1 $M gate configs/quick.yaml --set run_dir=runs/quick-corpus --set memory.vocab=corpus \
   --decode-tokens 16 --decode-rounds 21 --report docs/results/gate --quiet
 # the negative control with the corpus head
-$M run configs/wikipedia-by-article.yaml --set run_dir=runs/wikipedia-by-article-corpus
+$M run configs/wikipedia-by-article.yaml --set run_dir=runs/wikipedia-by-article-corpus --set memory.vocab=corpus
 # the gate on the full default, and the gate against the fixed λ on QA and the no-regression checks
 MLPMEM_THREADS=1 $M gate configs/default.yaml --decode-tokens 16 --decode-rounds 21 --report docs/results/gate --quiet
-MLPMEM_THREADS=1 $M gate configs/wikipedia-by-article.yaml --set run_dir=runs/wikipedia-by-article-corpus \
+MLPMEM_THREADS=1 $M gate configs/wikipedia-by-article.yaml --set run_dir=runs/wikipedia-by-article-corpus --set memory.vocab=corpus \
   --decode-tokens 0 --report docs/results/gate --quiet
 $M qa report configs/qa/gate.yaml --no-ablations
 # the default (corpus head) as the fourth size of the data-scaling series: its run folder linked in, reused
