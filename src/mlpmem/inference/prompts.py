@@ -54,10 +54,15 @@ def demonstrations(shots: int) -> str:
 def qa_prompt(question: str, passages: list[str] | None = None, shots: int = 0) -> str:
     """The prompt for one question, with the given passages (already in rank order) as context and
     ``shots`` demonstrations before everything."""
-    body = QUESTION_TEMPLATE.format(question=question.strip())
-    if passages:
-        body = CONTEXT_HEADER + PASSAGE_SEPARATOR.join(p.strip() for p in passages) + PASSAGE_SEPARATOR + body
-    return demonstrations(shots) + body
+    return demonstrations(shots) + with_passages(QUESTION_TEMPLATE.format(question=question.strip()), passages)
+
+
+def with_passages(body: str, passages: list[str] | None = None) -> str:
+    """``body`` after the ``Context:`` block of ``passages`` (in the given order); ``body`` alone without passages.
+    QA prompts put the question there; the lm-eval adapter any task's context."""
+    if not passages:
+        return body
+    return CONTEXT_HEADER + PASSAGE_SEPARATOR.join(p.strip() for p in passages) + PASSAGE_SEPARATOR + body
 
 
 def cut_at_stop(text: str, stops: tuple[str, ...] = STOP_STRINGS) -> str:

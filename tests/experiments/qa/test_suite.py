@@ -74,6 +74,8 @@ def test_qa_report_end_to_end(qa_setup, capsys):
     assert gated["gate"] is True and 0.0 <= gated["gate_text_ppl"]["mean_gate"] <= 1.0
     assert (tmp / "qa" / "synthetic" / "memory-run" / "gate" / "gate.json").is_file()
     assert bench["methods"]["lora"]["target_parameters"] == bench["memory_run"]["memory_trainable_parameters"]
+    weights = tmp / "qa" / "synthetic" / "weights"  # what lm-eval's method=cpt|lora loads
+    assert (weights / "cpt" / "model.safetensors").is_file() and (weights / "lora" / "adapter_config.json").is_file()
     nr = bench["methods"]["backbone"]["no_regression"]
     assert nr["qa_wikidata"]["n"] == 2 and nr["general_knowledge"]["n"] == 2
     assert "no_regression" in bench["methods"]["memory"] and "no_regression" not in bench["methods"]["rag-bm25"]

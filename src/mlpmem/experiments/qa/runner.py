@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from mlpmem.baselines.finetuned import save_finetuned
 from mlpmem.baselines.methods import METHODS, OLD_NAMES, Built, MethodOptions, build_method
 from mlpmem.experiments.qa.config import QASuiteConfig
 from mlpmem.experiments.qa.data import prepare_data, question_splits
@@ -31,6 +32,8 @@ from mlpmem.utils.io import read_jsonl
 from mlpmem.utils.shards import read_json, write_json
 
 SAMPLE_PREDICTIONS = 20
+FINETUNED = ("cpt", "lora")
+"""Methods whose fine-tuned weights the suite saves under ``<benchmark>/weights/<method>``."""
 """Predictions kept per split in a method's file, for the report's reader."""
 
 
@@ -111,6 +114,8 @@ def run_method(ctx: Context, name: str) -> tuple[Built, dict]:
     """One method built from the benchmark's memory run and scored: ``(built, result)``."""
     gate = ensure_gate(ctx) if name == "memory-gate" else {}
     built = build_method(name, ctx.run.dir, ctx.backbone, ctx.options)
+    if name in FINETUNED:  # kept for lm-eval's method=cpt|lora (weights=<bench>/weights/<method>)
+        save_finetuned(built, ctx.dir / "weights" / name, ctx.tokenizer)
     if gate:
         built.info["gate_text_ppl"] = gate
     scores = _tuned(ctx, built) if METHODS[name].mixes else _evaluate_splits(ctx, built.model, built.prompts)
