@@ -68,6 +68,31 @@ def test_explain_names_documents_and_their_weights_sum_to_the_teacher_mass(run_d
     assert page.startswith("<!doctype html>") and "<table>" in page and named in page
 
 
+def test_sources_in_context_hold_the_token_and_rank_by_the_text_before_it(run_dir, tmp_path):
+    """A row's sources hold its token as a next token somewhere in the datastore, their weights are shares of the
+    context support (summing to 1 when all are listed), and with a training document's own text as the prompt
+    that document leads the sources once its first tokens have been read."""
+    run = tiny_run(run_dir)
+    store = KeyStore(run.layout.datastore)
+    held = Holdings(load_ledger(run.layout, store.num_rows)["documents"])
+    values = store.array("values")
+    explanation = explain_run(run, PROMPT, ExplainConfig(documents=1000), max_new_tokens=2)
+    assert not explanation.rows[0].next_sources  # nothing read yet: no context
+    assert any(r.next_sources for r in explanation.rows)
+    for r in explanation.rows:
+        for token, sources in ((r.predicted_id, r.sources), (r.token_id, r.next_sources)):
+            holders = {held.documents[j]["id"] for j in np.unique(held.document_of(np.flatnonzero(values == token)))}
+            assert {s.id for s in sources} <= holders
+            if sources:
+                assert sum(s.weight for s in sources) == pytest.approx(1.0, abs=1e-6)
+                assert [s.weight for s in sources] == sorted((s.weight for s in sources), reverse=True)
+    own = next(d for d in held.documents if d["tokens"] > 12)
+    text = run.backbone[1].decode(run.backbone[1](own["snippet"], add_special_tokens=False)["input_ids"][:12])
+    rows = explain_run(run, text, ExplainConfig(documents=1)).rows
+    led = [r.next_sources[0].id == own["id"] for r in rows[4:] if r.next_sources]
+    assert led and sum(led) >= 0.75 * len(led)
+
+
 def test_explain_sees_updated_documents(run_dir, tmp_path):
     update_run(tiny_run(run_dir), new_docs(tmp_path / "new.jsonl"),
                load_maintenance_config(overrides=["update.epochs=1"]))

@@ -44,6 +44,10 @@ def test_a_tiny_study_writes_its_table(tmp_path, tiny_backbone_dir, capsys):
     assert set(results) == ROWS | {"details"}
     for key in ROWS:
         assert {"measure", "value", "target", "pass"} <= set(results[key]) and key in printed
+    old = results["qa_old_after_update_vs_before"]["delta_points"]  # paired: the same questions before and after
+    assert old["n"] == results["details"]["config"]["questions"] and old["ci95"][0] <= old["delta"] <= old["ci95"][1]
+    explain = results["explain_top_document_is_own"]
+    assert explain["asked"] <= 4 and (explain["asked"] == 0 or 0 <= explain["neighbour_rate"] <= 1)
     assert results["cost_update_vs_retrain"]["update_s"] > 0 and results["cost_update_vs_retrain"]["retrain_s"] > 0
     ops = json.loads((out / "runs" / "updated" / "maintenance" / "manifest.json").read_text())["operations"]
     assert [op["kind"] for op in ops] == ["update", "update", "forget"]

@@ -162,21 +162,28 @@ class Scorer:
         return out
 
 
+def _names(supports: list, entity: str) -> bool:
+    return bool(supports) and entity_of({"id": supports[0].name}) == entity
+
+
 def own_document_rate(run: Run, questions: list[dict], score: dict, limit: int) -> dict:
-    """Among the correctly answered ``questions``: how often ``explain``'s best document supporting the answer's
-    first token belongs to the question's entity."""
+    """Among the correctly answered ``questions``: how often ``explain``'s first source in context of the answer's
+    first token (``rate``), and its best neighbour-supported document (``neighbour_rate``), is one of the entity's
+    own documents."""
     explainer = Explainer(run, load_maintenance_config().explain)
-    tokenizer, own, asked = run.backbone[1], 0, 0
+    tokenizer, own, by_neighbours, asked = run.backbone[1], 0, 0, 0
     for q, ok in zip(questions, score["correct"]):
         if not ok or asked >= limit:
             continue
         prompt = qa_prompt(q["question"])
         position = len(tokenizer(prompt, add_special_tokens=False)["input_ids"]) + 1  # the answer's first token
         rows = explainer.explain(f"{prompt} {q['answers'][0]}").rows
-        supports = rows[position - 1].next_supports if len(rows) >= position else []
-        own += bool(supports) and entity_of({"id": supports[0].name}) == q["entity"]
+        row = rows[position - 1] if len(rows) >= position else None
+        own += row is not None and _names(row.next_sources, q["entity"])
+        by_neighbours += row is not None and _names(row.next_supports, q["entity"])
         asked += 1
-    return {"own": own, "asked": asked, "rate": own / asked if asked else None}
+    return {"own": own, "asked": asked, "rate": own / asked if asked else None,
+            "neighbour_own": by_neighbours, "neighbour_rate": by_neighbours / asked if asked else None}
 
 
 # -- the study

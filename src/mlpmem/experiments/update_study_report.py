@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from mlpmem.evaluation.stats import paired_difference, verdict
 from mlpmem.reporting.tables import DASH, markdown_table
 from mlpmem.utils.shards import write_json
 
@@ -22,6 +23,17 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 def _em(scores: dict, pairs: dict[str, tuple[str, str]]) -> dict:
     return {name: scores[step][group].get("em") for name, (step, group) in pairs.items()}
+
+
+def _paired(scores: dict, before: tuple[str, str], after: tuple[str, str]) -> dict | None:
+    """after − before in points of multiple-choice accuracy on the same questions, with its paired 95 % interval
+    (seeded bootstrap) and verdict; None when the per-question scores are not there."""
+    a, b = scores[before[0]][before[1]].get("correct"), scores[after[0]][after[1]].get("correct")
+    if not a or not b or len(a) != len(b):
+        return None
+    d = paired_difference([100.0 * x for x in a], [100.0 * x for x in b])
+    return {"delta": round(d.estimate, 2), "ci95": [round(d.low, 2), round(d.high, 2)], "n": d.n,
+            "verdict": verdict(d)}
 
 
 def _row(measure: str, value: float | None, target: str, ok: bool, **parts) -> dict:
@@ -47,6 +59,7 @@ def table_rows(scores: dict, timings: dict, explained: dict, cfg) -> dict:
         "qa_old_after_update_vs_before": _row(
             "QA on the old entities after update, vs before", old, ">= 0.95", old is not None and old >= 0.95,
             before=s("before", "old"), after=s("updated", "old"),
+            delta_points=_paired(scores, ("before", "old"), ("updated", "old")),
             em=_em(scores, {"before": ("before", "old"), "after": ("updated", "old")})),
         "cost_update_vs_retrain": _row(
             "wall time of update vs retraining from scratch", cost, "<= 0.25", cost is not None and cost <= 0.25,
@@ -62,10 +75,12 @@ def table_rows(scores: dict, timings: dict, explained: dict, cfg) -> dict:
         "qa_kept_after_forget": _row(
             "QA on the other entities after forget, vs before", kept, ">= 0.95", kept is not None and kept >= 0.95,
             before=s("updated", "kept"), after=s("forgotten", "kept"),
+            delta_points=_paired(scores, ("updated", "kept"), ("forgotten", "kept")),
             em=_em(scores, {"before": ("updated", "kept"), "after": ("forgotten", "kept")})),
         "explain_top_document_is_own": _row(
-            "explain: the best supporting document is the entity's own, among correctly answered questions", rate,
-            ">= 0.90", rate is not None and rate >= 0.90, own=explained["own"], asked=explained["asked"]),
+            "explain: the first source in context of the answer is the entity's own document, among correctly "
+            "answered questions", rate, ">= 0.90", rate is not None and rate >= 0.90, own=explained["own"],
+            asked=explained["asked"], neighbour_rate=explained.get("neighbour_rate")),
     }
 
 
@@ -86,6 +101,23 @@ def _score_table(scores: dict) -> str:
     return markdown_table(["entities", *STEPS], rows)
 
 
+def _notes(results: dict) -> str:
+    """The paired intervals of the retention rows and the neighbour-only explain rate, as sentences."""
+    lines = []
+    for key, what in (("qa_old_after_update_vs_before", "old entities, after update − before"),
+                      ("qa_kept_after_forget", "other entities, after forget − before")):
+        d = results[key].get("delta_points")
+        if d:
+            lines.append(f"- {what}: {d['delta']:+.1f} points of multiple-choice accuracy, 95 % paired interval "
+                         f"[{d['ci95'][0]:+.1f}, {d['ci95'][1]:+.1f}] over {d['n']} questions: {d['verdict']}.")
+    row = results["explain_top_document_is_own"]
+    if row.get("neighbour_rate") is not None:
+        lines.append(f"- explain: the document best supported by the answer position's own neighbours (without the "
+                     f"context) is the entity's own for {row['neighbour_rate']:.3f} of the same questions: "
+                     "a question's key finds positions by the question's form, shared by every entity.")
+    return "".join(line + "\n" for line in lines) + ("\n" if lines else "")
+
+
 def write_report(out: Path, results: dict) -> None:
     """``out/results.json`` and ``out/report.md``."""
     out.mkdir(parents=True, exist_ok=True)
@@ -94,13 +126,16 @@ def write_report(out: Path, results: dict) -> None:
     table = markdown_table(["measure", "value", "target", "met"],
                            [[r["measure"], _cell(r["value"]), r["target"], "yes" if r["pass"] else "**no**"]
                             for k, r in results.items() if k != "details"])
+    notes = _notes(results)
     timings = markdown_table(["step", "seconds"], [[k, f"{v:.1f}"] for k, v in details["timings"].items()])
     cfg = details["config"]
     text = (f"# Updating and forgetting a memory: synthetic facts\n\n"
             f"Written by `mlpmem update-study`. Entities per group: {details['groups']}. QA: multiple choice among "
             f"{1 + cfg['distractors']} values (chance {100 / (1 + cfg['distractors']):.1f} %), memory mixed at "
-            f"λ = {cfg['lam']}; EM of generated answers after {cfg['shots']} demonstrations beside it.\n\n"
-            f"{table}\n\n## QA per group and step (multiple choice % / EM %)\n\n{_score_table(details['scores'])}\n\n"
+            f"λ = {cfg['lam']}" + (f"; EM of generated answers after {cfg['shots']} demonstrations beside it"
+                                   if cfg["em"] else "") + ".\n\n"
+            f"{table}\n\n{notes}## QA per group and step (multiple choice % / EM %)\n\n"
+            f"{_score_table(details['scores'])}\n\n"
             f"## Wall time\n\n{timings}\n\nThe retraining time (`retrain_s`) covers every stage a memory built "
             "from scratch needs: the datastore (training keys and the evaluation keystores), the kNN-LM sweep (it "
             "chooses the teacher's temperature), the teacher and the memory; `retrain_core_s` only the training keys, "

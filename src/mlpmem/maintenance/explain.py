@@ -8,6 +8,15 @@ neighbours; grouping the neighbours that support a token by the document holding
 weight, and the weights of all documents sum to the teacher's mass on that token, ``p_kNN(y)``. Rows show the
 memory's top prediction, its probability, the teacher's mass on it and the documents best supporting it (and the
 same for the token that actually comes next).
+
+The neighbours of one key tell which documents hold positions *like this one*; for a question they are found by
+the question's form, and every document holding the answer in that form supports it alike. Each row therefore
+also names the **sources in context**: among the documents that hold the token anywhere in the datastore (as a
+next token), the ones that support the text before it, ``context_j(t) = Σ_{s<t} w_j(s, x_{s+1})``, the summed
+weight of document j over the earlier positions for the tokens that actually came (the prompt, then what was
+generated). Their weights are shares of that context support (they sum to 1 over all such documents). For a
+question about an entity, its name's tokens are supported by the entity's own documents, so the document that
+holds the answer *and* the question's subject comes first.
 """
 
 from __future__ import annotations
@@ -61,6 +70,10 @@ class TokenRow:
     next_mass: float = 0.0
     """p_kNN(token)."""
     next_supports: list[Support] = field(default_factory=list)
+    sources: list[Support] = field(default_factory=list)
+    """Documents holding the predicted token, by their support of the text before it (see the module docstring)."""
+    next_sources: list[Support] = field(default_factory=list)
+    """The same for the token that comes next."""
 
 
 @dataclass
@@ -141,6 +154,7 @@ class Explainer:
         self.k, self.temperature = cfg.k or int(teacher.manifest["k"]), float(teacher.manifest["temperature"])
         self.index = open_or_build(self.store, IndexConfig(**teacher.manifest["index"]), teacher.path / "index")
         self.values = self.store.rows("values")
+        self._holders: dict[int, np.ndarray] = {}
 
     @torch.no_grad()
     def explain(self, prompt: str, max_new_tokens: int = 0) -> Explanation:
@@ -153,18 +167,38 @@ class Explainer:
                                      self.temperature).numpy()  # (T - 1, k)
         values = self.values[np.clip(neighbours, 0, None)]  # (T - 1, k)
         p_mem = torch.softmax(self.memory(torch.from_numpy(keys)).float(), -1)  # (T - 1, V)
-        rows = [self._row(t, ids[0], given, p_mem[t], weights[t], values[t], neighbours[t]) for t in range(len(keys))]
+        context, rows = np.zeros(len(self.held)), []  # (documents,): support of the text before position t
+        for t in range(len(keys)):
+            rows.append(self._row(t, ids[0], given, p_mem[t], weights[t], values[t], neighbours[t], context))
+            for doc, w in document_weights(weights[t], values[t], neighbours[t], int(ids[0, t + 1]), self.held).items():
+                context[doc] += w
         return Explanation(str(self.run.dir), prompt, self.k, self.temperature, lam, rows)
 
     def _row(self, t: int, ids: torch.Tensor, given: int, p_mem: torch.Tensor, weights: np.ndarray,
-             values: np.ndarray, neighbours: np.ndarray) -> TokenRow:
+             values: np.ndarray, neighbours: np.ndarray, context: np.ndarray) -> TokenRow:
         decode, held, cfg = self.run.backbone[1].decode, self.held, self.cfg
         top, nxt = int(p_mem.argmax()), int(ids[t + 1])
         predicted = document_weights(weights, values, neighbours, top, held)
         following = document_weights(weights, values, neighbours, nxt, held)
         return TokenRow(t + 1, decode([nxt]), nxt, t + 1 >= given, decode([top]), top, float(p_mem[top]),
                         float(sum(predicted.values())), _supports(predicted, held, cfg),
-                        float(sum(following.values())), _supports(following, held, cfg))
+                        float(sum(following.values())), _supports(following, held, cfg),
+                        self._sources(top, context), self._sources(nxt, context))
+
+    def holders(self, token: int) -> np.ndarray:
+        """The documents (sorted indices) holding ``token`` as the next token of one of their positions."""
+        if token not in self._holders:
+            rows = [first + np.flatnonzero(np.asarray(chunk) == token) for first, chunk in self.values.chunks()]
+            self._holders[token] = np.unique(self.held.document_of(np.concatenate(rows)))
+        return self._holders[token]
+
+    def _sources(self, token: int, context: np.ndarray) -> list[Support]:
+        docs = self.holders(token)
+        support = context[docs]
+        total = support.sum()
+        if total <= 0:
+            return []
+        return _supports({int(j): float(w / total) for j, w in zip(docs, support) if w > 0}, self.held, self.cfg)
 
 
 def explain_run(run: Run, prompt: str, cfg: ExplainConfig, max_new_tokens: int = 0) -> Explanation:
@@ -177,7 +211,8 @@ def explain_run(run: Run, prompt: str, cfg: ExplainConfig, max_new_tokens: int =
 
 
 def format_text(explanation: Explanation) -> str:
-    """The explanation as plain text: one line a token, then one indented line per supporting document."""
+    """The explanation as plain text: one line a token, then one indented line per supporting document and one
+    (``ctx``) per source in context of the top prediction."""
     lam = "" if explanation.lam is None else f", generated at λ={explanation.lam:g}"
     lines = [f"explain {explanation.run}: k={explanation.k}, T={explanation.temperature:g}{lam}",
              "pos  next token            memory top (p_mem)          p_kNN(top)  documents supporting the top"]
@@ -187,5 +222,8 @@ def format_text(explanation: Explanation) -> str:
                      f"{r.teacher_mass:.3f}")
         for s in r.supports:
             lines.append(f"       {s.weight:.3f}  {s.name} [{s.id}]  {s.snippet!r}")
-    lines.append("(+: generated; the weights of all documents sum to p_kNN(top))")
+        for s in r.sources:
+            lines.append(f"   ctx {s.weight:.3f}  {s.name} [{s.id}]  {s.snippet!r}")
+    lines.append("(+: generated; the weights of all documents sum to p_kNN(top); ctx: the documents holding the top "
+                 "token, by their support of the text before it, as shares)")
     return "\n".join(lines)

@@ -3,7 +3,8 @@
 The text comes first, each token shaded by the teacher's mass on the memory's top prediction at that position
 (how much of it the datastore supports) and titled with its best document; a table follows with one row per
 token: the memory's top prediction and its probability, then the documents supporting it and the documents
-supporting the token that actually came, each with its weight drawn as a bar and a snippet. No script, no
+supporting the token that actually came, and the sources in context of that token (the documents holding it,
+by their support of the text before it), each with its weight drawn as a bar and a snippet. No script, no
 external file: the page opens anywhere.
 """
 
@@ -60,11 +61,12 @@ def _text(rows: list[TokenRow]) -> str:
 def _table(rows: list[TokenRow]) -> str:
     head = ("<tr><th>pos</th><th>next token</th><th>memory top (p_mem)</th><th>p_kNN(top)</th>"
             "<th>documents supporting the top</th><th>p_kNN(next)</th>"
-            "<th>documents supporting the next token</th></tr>")
+            "<th>documents supporting the next token</th><th>sources in context of the next token</th></tr>")
     body = "".join(
         f"<tr><td>{r.position}{' (generated)' if r.generated else ''}</td><td class=\"mono\">{_token(repr(r.token))}"
         f"</td><td class=\"mono\">{_token(repr(r.predicted))} ({r.memory_prob:.3f})</td><td>{r.teacher_mass:.3f}</td>"
-        f"<td>{_supports(r.supports)}</td><td>{r.next_mass:.3f}</td><td>{_supports(r.next_supports)}</td></tr>"
+        f"<td>{_supports(r.supports)}</td><td>{r.next_mass:.3f}</td><td>{_supports(r.next_supports)}</td>"
+        f"<td>{_supports(r.next_sources)}</td></tr>"
         for r in rows)
     return f"<table>{head}{body}</table>"
 
@@ -76,7 +78,8 @@ def render_html(explanation: Explanation) -> str:
             f"<style>{STYLE}</style></head><body><h1>Where the memory's predictions come from</h1>"
             f"<p>Run <code>{escape(explanation.run)}</code>; neighbours in its datastore: k = {explanation.k}, "
             f"T = {explanation.temperature:g}{escape(lam)}. A document's weight is the kNN weight of its neighbours "
-            "that hold the token; the weights of all documents sum to p_kNN of that token.</p>"
+            "that hold the token; the weights of all documents sum to p_kNN of that token. Sources in context: the "
+            "documents holding the token, weighted by their support of the text before it (shares).</p>"
             f"<p class=\"text\">{_text(explanation.rows)}</p>{_table(explanation.rows)}</body></html>\n")
 
 
