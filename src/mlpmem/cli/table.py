@@ -142,12 +142,12 @@ PIPELINE = [
                     help="override a study setting, e.g. --set synthetic.num_entities=40"),
                 QUIET)),
     Command("update-text", "", "mlpmem.experiments.update_text:cmd_update_text",
-            "update a copy of a Shakespeare run with plays it did not see; PPL on them and on the old test play", (
+            "a copy of a Shakespeare run updated with unseen plays: PPL before and after", (
                 Arg("run", help="a finished shakespeare-by-play run (e.g. runs/quick); it is copied, not changed"),
                 Arg("--out", required=True, help="folder of the updated copy, report.md and results.json"),
-                Arg("--plays", type=int, default=1, help="how many unused plays to add (default 1)"),
-                Arg("--add-tokens", type=int, default=16000, help="tokens of each play added (default 16000)"),
-                Arg("--eval-tokens", type=int, default=4000, help="the next tokens of each, held out (default 4000)"),
+                Arg("--plays", type=int, default=1, help="how many unused plays to add"),
+                Arg("--add-tokens", type=int, default=16000, help="tokens of each play added"),
+                Arg("--eval-tokens", type=int, default=4000, help="the next tokens of each, held out"),
                 Arg("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a maintenance setting, e.g. --set update.replay_ratio=2"),
                 Arg("--docs", metavar="DIR", help="also write report.md and results.json there"))),
