@@ -1,0 +1,24 @@
+"""A finished tiny pipeline run, built once by the fixtures that need one (no fsync, one thread)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import mlpmem.utils.shards
+from helpers.corpus import write_corpus
+from mlpmem.cli import main
+
+TINY = "configs/tiny.yaml"
+
+
+def finished_tiny_run(root: Path, backbone_dir: str | Path, documents: int = 10) -> Path:
+    """``mlpmem run configs/tiny.yaml`` on the tiny backbone over a ``documents``-document corpus, in ``root/run``."""
+    corpus = write_corpus(root / "corpus", documents)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(mlpmem.utils.shards, "FSYNC", False)
+        mp.setenv("MLPMEM_THREADS", "1")
+        assert main(["run", TINY, "--quiet", "--set", f"backbone.name={backbone_dir}", "--set",
+                     f"corpus.path={corpus}", "--set", f"run_dir={root / 'run'}"]) == 0
+    return root / "run"
