@@ -90,6 +90,23 @@ def test_constant_gate_offline_target_logprob_equals_mix_log_probs():
                                    rtol=0, atol=1e-12)
 
 
+def test_an_offset_shifts_every_logit_and_is_not_saved(tmp_path):
+    """set_offset(b) adds b to z everywhere (a constant gate at λ becomes sigmoid(logit(λ) + b)), 0 restores it,
+    and a saved gate comes back without it; a non-number is a one-line error."""
+    torch.manual_seed(0)
+    gate = Gate(GateConfig(hidden_size=4))
+    features = torch.randn(6, NUM_FEATURES)
+    z = gate(features)
+    torch.testing.assert_close(gate.set_offset(2.5)(features), z + 2.5, rtol=0, atol=1e-12)
+    torch.testing.assert_close(gate.set_offset(0.0)(features), z, rtol=0, atol=0)
+    constant = Gate(GateConfig()).set_constant(0.2).set_offset(math.log(3.0))
+    torch.testing.assert_close(constant.lam(features), torch.full((6,), 3 * 0.2 / (3 * 0.2 + 0.8), dtype=torch.float64))
+    assert "offset" not in constant.state_dict()
+    for bad in (math.inf, "1", True):
+        with pytest.raises(ConfigError, match="finite number"):
+            gate.set_offset(bad)
+
+
 def test_constant_needs_an_open_interval():
     gate = Gate(GateConfig())
     for bad in (0.0, 1.0, 1.5):

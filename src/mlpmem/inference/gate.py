@@ -113,6 +113,8 @@ class Gate(nn.Module):
         self.key_proj = nn.Linear(key_size, config.key_dim, bias=False) if config.key_dim else None
         self.hidden = nn.Linear(inputs, config.hidden_size) if config.hidden_size else None
         self.out = nn.Linear(config.hidden_size or inputs, 1)
+        self.offset = 0.0
+        """Added to every logit z; a use's calibration (e.g. chosen on a task's validation questions), not saved."""
         self.to(torch.float64)
 
     @property
@@ -135,8 +137,16 @@ class Gate(nn.Module):
             self.out.bias.fill_(math.log(lam) - math.log1p(-lam))
         return self
 
+    def set_offset(self, offset: float) -> Gate:
+        """Shift every logit by ``offset`` (> 0 opens the gate everywhere, keeping where it opens most)."""
+        if not isinstance(offset, (int, float)) or isinstance(offset, bool) or not math.isfinite(offset):
+            raise ConfigError(f"a gate offset is a finite number, got {offset!r}")
+        self.offset = float(offset)
+        return self
+
     def forward(self, features: torch.Tensor, keys: torch.Tensor | None = None) -> torch.Tensor:
-        """The gate's logit z (...,) float64 for features (..., F) and, if it uses them, keys (..., d)."""
+        """The gate's logit z (...,) float64 (:attr:`offset` added) for features (..., F) and, if it uses them,
+        keys (..., d)."""
         x = (features.to(self.feature_shift) - self.feature_shift) / self.feature_scale  # (..., F)
         if self.key_proj is not None:
             if keys is None:
@@ -146,7 +156,7 @@ class Gate(nn.Module):
             x = torch.cat([x, self.key_proj(k)], dim=-1)  # (..., F + key_dim)
         if self.hidden is not None:
             x = F.silu(self.hidden(x))  # (..., H)
-        return self.out(x)[..., 0]  # (...,)
+        return self.out(x)[..., 0] + self.offset  # (...,)
 
     def lam(self, features: torch.Tensor, keys: torch.Tensor | None = None) -> torch.Tensor:
         """λ_t = sigmoid(z) (...,) float64, in (0, 1)."""

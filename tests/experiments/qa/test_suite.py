@@ -46,6 +46,7 @@ def qa_setup(tmp_path, tiny_backbone_dir, monkeypatch):
                                      "options": {"num_entities": 12, "seed": 0}, "tune_questions": 4,
                                      "test_questions": 6}},
         "lambda_grid": [0.0, 0.5],
+        "gate_offset_grid": [0.0, 3.0],
         "shots": 2,
         "cpt": {"epochs": 1, "batch_size": 2, "block_size": 32, "lr": 1e-3},
         "lora": {"finetune": {"epochs": 1, "batch_size": 2, "block_size": 32, "lr": 1e-3}},
@@ -72,6 +73,7 @@ def test_qa_report_end_to_end(qa_setup, capsys):
     assert bench["methods"]["lora"]["rank"] >= 1
     gated = bench["methods"]["memory-gate"]  # the gate trained on the memory run's validation text, then used
     assert gated["gate"] is True and 0.0 <= gated["gate_text_ppl"]["mean_gate"] <= 1.0
+    assert gated["gate_offset"] in (0.0, 3.0) and [r["offset"] for r in gated["gate_offset_curve"]] == [0.0, 3.0]
     assert (tmp / "qa" / "synthetic" / "memory-run" / "gate" / "gate.json").is_file()
     assert bench["methods"]["lora"]["target_parameters"] == bench["memory_run"]["memory_trainable_parameters"]
     weights = tmp / "qa" / "synthetic" / "weights"  # what lm-eval's method=cpt|lora loads
@@ -151,6 +153,8 @@ def test_suite_config_validation(tmp_path):
         QASuiteConfig(benchmarks={"synthetic": {"pipeline": "x"}}, methods=["memory"])
     with pytest.raises(ConfigError, match="shots"):
         QASuiteConfig(benchmarks={"synthetic": {"pipeline": "x"}}, shots=-1)
+    with pytest.raises(ConfigError, match="gate_offset_grid"):
+        QASuiteConfig(benchmarks={"synthetic": {"pipeline": "x"}}, gate_offset_grid=[])
     for preset in sorted(Path("configs/qa").glob("*.yaml")):  # every QA preset loads
         cfg = QASuiteConfig.from_yaml(str(preset))
         assert set(cfg.benchmarks) == {"synthetic", "disfl_qa"}, preset

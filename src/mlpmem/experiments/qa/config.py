@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from mlpmem.baselines.cpt import FinetuneConfig
@@ -64,6 +65,9 @@ class QASuiteConfig(Config):
     """``{synthetic: {...}, disfl_qa: {...}}`` (BenchmarkConfig fields)."""
     methods: list[str] = field(default_factory=lambda: list(METHODS))
     lambda_grid: list[float] = field(default_factory=lambda: [0.0, 0.1, 0.2, 0.3, 0.5, 0.7])
+    gate_offset_grid: list[float] = field(default_factory=lambda: [0.0])
+    """memory-gate: offsets added to the gate's logit, one chosen on the validation questions as λ is (the gate is
+    trained on corpus text, whose positions are not questions); ``[0.0]``: the gate as trained."""
     shots: int = 0
     """Format demonstrations before every QA prompt, the same for every method (:mod:`mlpmem.inference.prompts`)."""
     rag: RAGConfig = field(default_factory=RAGConfig)
@@ -85,6 +89,9 @@ class QASuiteConfig(Config):
             raise ConfigError(f"qa methods must include backbone and be among {list(METHODS)}")
         for lam in self.lambda_grid:
             check_lambda(lam, "qa lambda_grid")
+        if not self.gate_offset_grid or not all(isinstance(b, (int, float)) and not isinstance(b, bool)
+                                                and math.isfinite(b) for b in self.gate_offset_grid):
+            raise ConfigError(f"qa gate_offset_grid must be a non-empty list of numbers, got {self.gate_offset_grid}")
         demonstrations(self.shots)  # validates the range
         if isinstance(self.ablations, dict):
             self.ablations = AblationSuiteConfig(**self.ablations)

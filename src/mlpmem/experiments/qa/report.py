@@ -76,6 +76,8 @@ def qa_table(results: dict, cfg: BootstrapConfig) -> str:
                 cells.append(_split_cell(r, "held_out", "em", cfg))
             if "lambda" in r:
                 lams.append(f"{name}: {r['lambda']}")
+            elif "gate_offset" in r:
+                lams.append(f"{name}: gate offset {r['gate_offset']:g}")
         cells += [score_cell(*mean_f1(results, method, cfg)), ", ".join(lams) or "—"]
         per = [b["methods"].get(method) or {} for b in benches.values()]
         cells += [" / ".join(count(r.get("trainable_parameters")) for r in per),

@@ -110,6 +110,16 @@ def ensure_gate(ctx: Context) -> dict:
     return {k: entry[k] for k in ("ppl_fixed", "ppl_gate", "mean_gate", "lambda_fixed")}
 
 
+def _gate_tuned(ctx: Context, built: Built) -> dict:
+    """The gate's logit offset chosen on the validation questions from ``gate_offset_grid``, then the test."""
+    gate = built.model.gate
+    make = lambda b: (gate.set_offset(b), built.model)[1]  # noqa: E731
+    offset, curve = tune_lambda(make, ctx.tokenizer, ctx.questions["validation"], ctx.cfg.gate_offset_grid,
+                                built.prompts, ctx.cfg.generation)
+    curve = [{"offset": row.pop("lambda"), **row} for row in curve]
+    return {"gate_offset": offset, "gate_offset_curve": curve, **_evaluate_splits(ctx, make(offset), built.prompts)}
+
+
 def run_method(ctx: Context, name: str) -> tuple[Built, dict]:
     """One method built from the benchmark's memory run and scored: ``(built, result)``."""
     gate = ensure_gate(ctx) if name == "memory-gate" else {}
@@ -118,7 +128,12 @@ def run_method(ctx: Context, name: str) -> tuple[Built, dict]:
         save_finetuned(built, ctx.dir / "weights" / name, ctx.tokenizer)
     if gate:
         built.info["gate_text_ppl"] = gate
-    scores = _tuned(ctx, built) if METHODS[name].mixes else _evaluate_splits(ctx, built.model, built.prompts)
+    if METHODS[name].mixes:
+        scores = _tuned(ctx, built)
+    elif gate and len(ctx.cfg.gate_offset_grid) > 1:
+        scores = _gate_tuned(ctx, built)
+    else:
+        scores = _evaluate_splits(ctx, built.model, built.prompts)
     return built, {**built.info, **scores, **built.cost}
 
 
