@@ -162,7 +162,7 @@ class Scorer:
         return out
 
 
-def _names(supports: list, entity: str) -> bool:
+def _first_is_entity(supports: list, entity: str) -> bool:
     return bool(supports) and entity_of({"id": supports[0].name}) == entity
 
 
@@ -179,8 +179,8 @@ def own_document_rate(run: Run, questions: list[dict], score: dict, limit: int) 
         position = len(tokenizer(prompt, add_special_tokens=False)["input_ids"]) + 1  # the answer's first token
         rows = explainer.explain(f"{prompt} {q['answers'][0]}").rows
         row = rows[position - 1] if len(rows) >= position else None
-        own += row is not None and _names(row.next_sources, q["entity"])
-        by_neighbours += row is not None and _names(row.next_supports, q["entity"])
+        own += row is not None and _first_is_entity(row.next_sources, q["entity"])
+        by_neighbours += row is not None and _first_is_entity(row.next_supports, q["entity"])
         asked += 1
     return {"own": own, "asked": asked, "rate": own / asked if asked else None,
             "neighbour_own": by_neighbours, "neighbour_rate": by_neighbours / asked if asked else None}

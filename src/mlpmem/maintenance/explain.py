@@ -167,33 +167,44 @@ class Explainer:
                                      self.temperature).numpy()  # (T - 1, k)
         values = self.values[np.clip(neighbours, 0, None)]  # (T - 1, k)
         p_mem = torch.softmax(self.memory(torch.from_numpy(keys)).float(), -1)  # (T - 1, V)
+        tops = p_mem.argmax(-1)  # (T - 1,)
+        self._find_holders({*tops.tolist(), *ids[0, 1:].tolist()})
         context, rows = np.zeros(len(self.held)), []  # (documents,): support of the text before position t
         for t in range(len(keys)):
-            rows.append(self._row(t, ids[0], given, p_mem[t], weights[t], values[t], neighbours[t], context))
-            for doc, w in document_weights(weights[t], values[t], neighbours[t], int(ids[0, t + 1]), self.held).items():
+            following = document_weights(weights[t], values[t], neighbours[t], int(ids[0, t + 1]), self.held)
+            rows.append(self._row(t, ids[0], given, p_mem[t], int(tops[t]), weights[t], values[t], neighbours[t],
+                                  following, context))
+            for doc, w in following.items():
                 context[doc] += w
         return Explanation(str(self.run.dir), prompt, self.k, self.temperature, lam, rows)
 
-    def _row(self, t: int, ids: torch.Tensor, given: int, p_mem: torch.Tensor, weights: np.ndarray,
-             values: np.ndarray, neighbours: np.ndarray, context: np.ndarray) -> TokenRow:
+    def _row(self, t: int, ids: torch.Tensor, given: int, p_mem: torch.Tensor, top: int, weights: np.ndarray,
+             values: np.ndarray, neighbours: np.ndarray, following: dict[int, float], context: np.ndarray) -> TokenRow:
         decode, held, cfg = self.run.backbone[1].decode, self.held, self.cfg
-        top, nxt = int(p_mem.argmax()), int(ids[t + 1])
+        nxt = int(ids[t + 1])
         predicted = document_weights(weights, values, neighbours, top, held)
-        following = document_weights(weights, values, neighbours, nxt, held)
         return TokenRow(t + 1, decode([nxt]), nxt, t + 1 >= given, decode([top]), top, float(p_mem[top]),
                         float(sum(predicted.values())), _supports(predicted, held, cfg),
                         float(sum(following.values())), _supports(following, held, cfg),
                         self._sources(top, context), self._sources(nxt, context))
 
-    def holders(self, token: int) -> np.ndarray:
-        """The documents (sorted indices) holding ``token`` as the next token of one of their positions."""
-        if token not in self._holders:
-            rows = [first + np.flatnonzero(np.asarray(chunk) == token) for first, chunk in self.values.chunks()]
-            self._holders[token] = np.unique(self.held.document_of(np.concatenate(rows)))
-        return self._holders[token]
+    def _find_holders(self, tokens: set[int]) -> None:
+        """For every token of ``tokens`` not yet looked up, the documents (sorted indices) holding it as the next
+        token of one of their positions: one pass over the datastore's values for all of them."""
+        wanted = np.array(sorted(tokens - set(self._holders)), np.int64)
+        if not len(wanted):
+            return
+        rows, vals = [], []
+        for first, chunk in self.values.chunks():
+            hit = np.flatnonzero(np.isin(chunk, wanted))
+            rows.append(first + hit)
+            vals.append(chunk[hit])
+        docs, vals = self.held.document_of(np.concatenate(rows)), np.concatenate(vals)
+        for token in wanted.tolist():
+            self._holders[token] = np.unique(docs[vals == token])
 
     def _sources(self, token: int, context: np.ndarray) -> list[Support]:
-        docs = self.holders(token)
+        docs = self._holders[token]
         support = context[docs]
         total = support.sum()
         if total <= 0:

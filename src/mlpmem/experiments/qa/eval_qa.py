@@ -104,17 +104,20 @@ def evaluate_questions(model, tokenizer, questions: list[dict], prompt_fn=closed
 
 
 def tune_lambda(make_model, tokenizer, questions: list[dict], grid: list[float], prompt_fn=closed_book_prompts,
-                cfg: GenerationConfig | None = None, progress: bool = False) -> tuple[float, list[dict]]:
-    """The λ of ``grid`` with the best validation F1 (then EM; ties to the smaller λ) and the curve.
+                cfg: GenerationConfig | None = None, progress: bool = False,
+                key: str = "lambda") -> tuple[float, list[dict]]:
+    """The value of ``grid`` with the best validation F1 (then EM; ties to the smaller value) and the curve
+    (rows ``{key: value, "em", "f1"}``).
 
-    ``make_model(lam)`` returns a model mixed with weight ``lam``.
+    ``make_model(value)`` returns a model mixed with weight ``value`` (or set by another one-number knob, e.g.
+    the gate's offset).
     """
     curve = []
-    for lam in sorted(grid):
-        r = evaluate_questions(make_model(lam), tokenizer, questions, prompt_fn, cfg, progress)
-        curve.append({"lambda": lam, "em": r["em"], "f1": r["f1"]})
-    best = max(curve, key=lambda row: (round(row["f1"], 6), round(row["em"], 6), -row["lambda"]))
-    return best["lambda"], curve
+    for value in sorted(grid):
+        r = evaluate_questions(make_model(value), tokenizer, questions, prompt_fn, cfg, progress)
+        curve.append({key: value, "em": r["em"], "f1": r["f1"]})
+    best = max(curve, key=lambda row: (round(row["f1"], 6), round(row["em"], 6), -row[key]))
+    return best[key], curve
 
 
 def read_questions(path) -> list[dict]:

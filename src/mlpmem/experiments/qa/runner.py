@@ -32,9 +32,9 @@ from mlpmem.utils.io import read_jsonl
 from mlpmem.utils.shards import read_json, write_json
 
 SAMPLE_PREDICTIONS = 20
+"""Predictions kept per split in a method's file, for the report's reader."""
 FINETUNED = ("cpt", "lora")
 """Methods whose fine-tuned weights the suite saves under ``<benchmark>/weights/<method>``."""
-"""Predictions kept per split in a method's file, for the report's reader."""
 
 
 class Context:
@@ -111,12 +111,14 @@ def ensure_gate(ctx: Context) -> dict:
 
 
 def _gate_tuned(ctx: Context, built: Built) -> dict:
-    """The gate's logit offset chosen on the validation questions from ``gate_offset_grid``, then the test."""
-    gate = built.model.gate
+    """The gate's logit offset: the one of ``gate_offset_grid``, or the one of several chosen on the validation
+    questions (as λ is), then the test."""
+    grid, gate = ctx.cfg.gate_offset_grid, built.model.gate
     make = lambda b: (gate.set_offset(b), built.model)[1]  # noqa: E731
-    offset, curve = tune_lambda(make, ctx.tokenizer, ctx.questions["validation"], ctx.cfg.gate_offset_grid,
-                                built.prompts, ctx.cfg.generation)
-    curve = [{"offset": row.pop("lambda"), **row} for row in curve]
+    if len(grid) == 1:
+        return {"gate_offset": grid[0], **_evaluate_splits(ctx, make(grid[0]), built.prompts)}
+    offset, curve = tune_lambda(make, ctx.tokenizer, ctx.questions["validation"], grid, built.prompts,
+                                ctx.cfg.generation, key="offset")
     return {"gate_offset": offset, "gate_offset_curve": curve, **_evaluate_splits(ctx, make(offset), built.prompts)}
 
 
@@ -130,7 +132,7 @@ def run_method(ctx: Context, name: str) -> tuple[Built, dict]:
         built.info["gate_text_ppl"] = gate
     if METHODS[name].mixes:
         scores = _tuned(ctx, built)
-    elif gate and len(ctx.cfg.gate_offset_grid) > 1:
+    elif gate:
         scores = _gate_tuned(ctx, built)
     else:
         scores = _evaluate_splits(ctx, built.model, built.prompts)
