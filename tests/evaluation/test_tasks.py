@@ -28,7 +28,7 @@ from mlpmem.errors import ConfigError, CorpusError
 from mlpmem.evaluation.harness import task_manager
 from mlpmem.experiments.tasks import catalog
 from mlpmem.experiments.tasks.choice_tasks import eval_items, screen_items
-from mlpmem.experiments.tasks.prepare import MC_GROUP, QA_GROUP, TasksConfig, prepare_tasks
+from mlpmem.experiments.tasks.prepare import MC_GROUP, QA_GROUP, TRUTH_GROUP, TasksConfig, prepare_tasks
 from mlpmem.experiments.tasks.scoring import process_cloze, process_qa
 from mlpmem.experiments.tasks.screen import ScreenConfig, chosen_tasks, screen
 from mlpmem.inference.prompts import qa_prompt
@@ -48,6 +48,7 @@ BIGBENCH = {
     "family/sub_en": choice_task(16, ("spring", "November"), keywords=["non-English"], example_output_prefix=""),
     "letters": choice_task(16, ("a", "b")),
     "small": choice_task(3),
+    "truthful_qa": choice_task(8, ("the seeds pass through", "a melon grows"), task_prefix="Q: Sky?\nA: Blue.\n"),
     "qa_wikidata": {"examples": [{"input": f"The color of book {i} is", "target": ["green"]} for i in range(5)]},
 }
 MC = ["keeper", "family/sub_en"]
@@ -98,13 +99,18 @@ def llama_results(prepared, tiny_llama, tiny_tokenizer):
 
 def test_prepared_tasks_load_offline(prepared):
     folder, info = prepared
-    assert info["items"] == {**dict.fromkeys(NAMES, 6), "mlpmem_synthetic": 5, "mlpmem_synthetic_held_out": 5,
-                             "mlpmem_qa_wikidata": 3}
+    # the truthfulness task keeps all its items (8), beyond mc_limit (6)
+    assert info["items"] == {**dict.fromkeys(NAMES, 6), "mlpmem_bb_truthful_qa": 8, "mlpmem_synthetic": 5,
+                             "mlpmem_synthetic_held_out": 5, "mlpmem_qa_wikidata": 3}
     manager = task_manager(folder, local_only=True)
-    assert {MC_GROUP, QA_GROUP, *info["items"]} <= set(manager.all_tasks)
-    loaded = manager.load([MC_GROUP, QA_GROUP])
+    assert {MC_GROUP, TRUTH_GROUP, QA_GROUP, *info["items"]} <= set(manager.all_tasks)
+    loaded = manager.load([MC_GROUP, TRUTH_GROUP, QA_GROUP])
     assert {name: len(task.eval_docs) for name, task in loaded["tasks"].items()} == info["items"]
     assert set(loaded["group_map"][MC_GROUP]) == set(NAMES)
+    assert set(loaded["group_map"][TRUTH_GROUP]) == {"mlpmem_bb_truthful_qa"}
+    truth = loaded["tasks"]["mlpmem_bb_truthful_qa"]
+    doc = truth.eval_docs[0]
+    assert truth.doc_to_text(doc).startswith("Q: Sky?\nA: Blue.\n\nQ: What did the keeper count")
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["complete"] and f"{NAMES[0]}.yaml" in manifest["files"]
 
@@ -199,8 +205,11 @@ def test_prepare_command_rewrites_its_folder_and_refuses_others(env, capsys):
     assert main(["tasks", "prepare", "--out", str(out), "--mc-tasks", "keeper,family/sub_en", "--mc-limit", "4",
                  "--no-qa"]) == 0
     assert "| mlpmem_bb_keeper | 4 |" in capsys.readouterr().out
-    assert main(["tasks", "prepare", "--out", str(out), "--mc-tasks", "keeper", "--no-qa"]) == 0
+    assert (out / "mlpmem_bb_truthful_qa.yaml").exists()
+    assert main(["tasks", "prepare", "--out", str(out), "--mc-tasks", "keeper", "--no-qa", "--no-truthfulness"]) == 0
+    assert "mlpmem_truthfulness: 0 tasks" in capsys.readouterr().out
     assert not (out / "mlpmem_bb_family__sub_en.yaml").exists()  # the earlier task is gone
+    assert not (out / "mlpmem_bb_truthful_qa.yaml").exists()
     foreign = env / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
@@ -210,5 +219,7 @@ def test_prepare_command_rewrites_its_folder_and_refuses_others(env, capsys):
         prepare_tasks(TasksConfig(out=str(env / "t2"), mc_tasks=["no_such_task"], qa_config=None))
     with pytest.raises(ConfigError, match="twice"):
         TasksConfig(mc_tasks=["keeper", "keeper"])
+    with pytest.raises(ConfigError, match="twice"):
+        TasksConfig(mc_tasks=["truthful_qa"])
     with pytest.raises(ConfigError, match="no such screen.json"):
         chosen_tasks(env / "none.json")

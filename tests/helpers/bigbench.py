@@ -1,4 +1,5 @@
-"""A stand-in for the BIG-bench source archive: task JSON files at the archive's member paths."""
+"""A stand-in for the BIG-bench source archive: task JSON files at the archive's member paths (``truthful_qa``'s
+items at ``truthful_qa/task_mc.json``, as in the real archive)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import tarfile
 from pathlib import Path
 
-from mlpmem.experiments.qa.bigbench import TASK_MEMBER
+from mlpmem.experiments.qa.bigbench import task_member
 
 
 def write_archive(path: Path, tasks: dict[str, dict]) -> Path:
@@ -15,7 +16,7 @@ def write_archive(path: Path, tasks: dict[str, dict]) -> Path:
     with tarfile.open(path, "w:gz") as tar:
         for task, data in tasks.items():
             raw = json.dumps(data).encode()
-            info = tarfile.TarInfo(TASK_MEMBER.format(task=task))
+            info = tarfile.TarInfo(task_member(task))
             info.size = len(raw)
             tar.addfile(info, io.BytesIO(raw))
     return path

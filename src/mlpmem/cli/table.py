@@ -279,6 +279,7 @@ EXPERIMENTS = [
                 Arg("--qa-config", default_from="mlpmem.experiments.tasks.prepare:TasksConfig",
                     help="QA suite YAML whose questions become generation tasks"),
                 Arg("--no-qa", action="store_true", help="no QA generation tasks"),
+                Arg("--no-truthfulness", action="store_true", help="no truthfulness group (TruthfulQA MC)"),
                 Arg("--qa-wikidata", type=int, default_from="mlpmem.experiments.tasks.prepare:TasksConfig",
                     help="qa_wikidata cloze facts (0: none)"),
                 Arg("--seed", type=int, help="seed of the multiple-choice and cloze subsets"))),

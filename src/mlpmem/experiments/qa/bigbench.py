@@ -36,7 +36,15 @@ from mlpmem.utils.io import cache_root
 
 BIGBENCH_PIP_SPEC = "bigbench==1.0.0"
 BIGBENCH_ARCHIVE = "bigbench-1.0.0.tar.gz"
-TASK_MEMBER = "bigbench-1.0.0/bigbench/benchmark_tasks/{task}/task.json"
+TASK_MEMBER = "bigbench-1.0.0/bigbench/benchmark_tasks/{task}/{file}"
+TASK_FILES = {"truthful_qa": "task_mc.json"}
+"""Programmatic tasks (a ``task.py``) whose multiple-choice items ship as a JSON file beside it: TruthfulQA's
+MC1 items (one true answer among imitative falsehoods) are ``truthful_qa/task_mc.json``."""
+
+
+def task_member(task: str) -> str:
+    """The archive member holding ``task``'s JSON: ``task.json``, or the file :data:`TASK_FILES` names."""
+    return TASK_MEMBER.format(task=task, file=TASK_FILES.get(task, "task.json"))
 
 
 def _pip_download(pip: list[str], out: Path) -> subprocess.CompletedProcess:
@@ -74,7 +82,8 @@ def bigbench_archive(archive: str | Path | None = None) -> Path:
 
 
 def read_task(task: str, archive: str | Path | None = None) -> dict:
-    """The ``task.json`` of one BIG-bench task (extracted once into the cache)."""
+    """The ``task.json`` of one BIG-bench task (for :data:`TASK_FILES` its items' JSON; extracted once into the
+    cache)."""
     archive = archive or os.environ.get("MLPMEM_BIGBENCH_ARCHIVE")
     cached = cache_root() / "bigbench" / f"{task}.json"
     if archive is None and cached.is_file():
@@ -82,9 +91,9 @@ def read_task(task: str, archive: str | Path | None = None) -> dict:
     path = bigbench_archive(archive)
     with tarfile.open(path) as tar:
         try:
-            raw = tar.extractfile(TASK_MEMBER.format(task=task)).read()
+            raw = tar.extractfile(task_member(task)).read()
         except KeyError:
-            raise CorpusError(f"bigbench task {task!r} has no task.json in {path.name}") from None
+            raise CorpusError(f"bigbench task {task!r} has no {Path(task_member(task)).name} in {path.name}") from None
     data = json.loads(raw)
     if archive is None:
         cached.parent.mkdir(parents=True, exist_ok=True)

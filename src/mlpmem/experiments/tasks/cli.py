@@ -7,7 +7,7 @@ import argparse
 from collections import Counter
 
 from mlpmem.experiments.tasks.catalog import SelectionRule, list_multiple_choice, rejection
-from mlpmem.experiments.tasks.prepare import MC_GROUP, QA_GROUP, TasksConfig, prepare_tasks
+from mlpmem.experiments.tasks.prepare import TasksConfig, prepare_tasks
 from mlpmem.utils.runtime import set_threads
 
 
@@ -54,12 +54,14 @@ def cmd_prepare(args: argparse.Namespace) -> None:
         print("multiple-choice tasks: the nine chosen before any screen (mlpmem tasks screen measures them)")
     if args.no_qa:
         options["qa_config"] = None
+    if args.no_truthfulness:
+        options["truthfulness"] = []
     info = prepare_tasks(TasksConfig(**options))
     print("| task | items |\n|---|---|")
     for name, n in info["items"].items():
         print(f"| {name} | {n} |")
     groups = ",".join(g for g, tasks in info["groups"].items() if tasks)
-    print(f"\ntasks: {info['folder']}  (groups {MC_GROUP}: {len(info['groups'][MC_GROUP])} tasks, "
-          f"{QA_GROUP}: {len(info['groups'][QA_GROUP])} tasks)")
+    counts = ", ".join(f"{g}: {len(tasks)} tasks" for g, tasks in info["groups"].items())
+    print(f"\ntasks: {info['folder']}  (groups {counts})")
     print(f"next: mlpmem lm-eval --include-path {info['folder']} --local-only --tasks {groups} "
           f"--model-args run=RUN,method=backbone --log-samples --output base.json")

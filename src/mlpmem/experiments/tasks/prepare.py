@@ -5,6 +5,9 @@ Into ``out`` (default ``~/.cache/mlpmem/lm-eval-tasks``, or ``$MLPMEM_CACHE/lm-e
 - nine BIG-bench multiple-choice tasks ``mlpmem_bb_<task>`` (:mod:`mlpmem.experiments.tasks.catalog` says
   which and why), each scored by ``acc`` (log-likelihood) and ``acc_mutual_info`` (domain-conditional
   PMI), up to ``mc_limit`` items each; group ``mlpmem_bigbench``;
+- the truthfulness check (the paper's hallucination question; HaluEval itself is not shipped in any package):
+  BIG-bench's TruthfulQA multiple choice, ``mlpmem_bb_truthful_qa`` (one true answer among imitative
+  falsehoods, all 299 items), scored like the nine; group ``mlpmem_truthfulness``;
 - the QA suite's generation tasks, the very questions ``mlpmem qa report`` asks (its config's benchmarks,
   seed, sizes, demonstrations and decoding length): ``mlpmem_synthetic`` (test questions of the trained
   entities), ``mlpmem_synthetic_held_out`` (entities in no document), ``mlpmem_disfl_qa``, plus
@@ -41,6 +44,7 @@ from mlpmem.inference.prompts import DEMONSTRATIONS, QUESTION_TEMPLATE
 from mlpmem.utils.io import cache_root
 
 MC_GROUP = "mlpmem_bigbench"
+TRUTH_GROUP = "mlpmem_truthfulness"
 QA_GROUP = "mlpmem_qa"
 QA_PROMPT = QUESTION_TEMPLATE.format(question="{{question}}")
 UNTIL = ["Question:", "Context:"]
@@ -60,6 +64,8 @@ class TasksConfig(Config):
     """BIG-bench multiple-choice tasks (``task`` or ``task/subtask``)."""
     mc_limit: int = 200
     """Items per multiple-choice task (all of them if the task has fewer)."""
+    truthfulness: list[str] = field(default_factory=lambda: ["truthful_qa"])
+    """BIG-bench truthfulness tasks of ``mlpmem_truthfulness``, every item of each (empty: no such group)."""
     qa_config: str | None = "configs/qa/report.yaml"
     """The QA suite whose questions become generation tasks (None: no QA tasks)."""
     qa_wikidata: int = 300
@@ -68,12 +74,13 @@ class TasksConfig(Config):
     """Seed of the multiple-choice and cloze subsets."""
 
     def validate(self) -> None:
-        if not self.mc_tasks and not self.qa_config:
+        if not self.mc_tasks and not self.qa_config and not self.truthfulness:
             raise ConfigError("tasks prepare: nothing to write (no mc_tasks and no qa_config)")
         if self.mc_limit < 1 or self.qa_wikidata < 0:
             raise ConfigError("tasks prepare: mc_limit must be >= 1 and qa_wikidata >= 0")
-        if len(set(self.mc_tasks)) != len(self.mc_tasks):
-            raise ConfigError(f"tasks prepare: mc_tasks lists a task twice: {self.mc_tasks}")
+        if len(set(self.mc_tasks + self.truthfulness)) != len(self.mc_tasks) + len(self.truthfulness):
+            raise ConfigError(f"tasks prepare: a task is listed twice in mc_tasks {self.mc_tasks} and "
+                              f"truthfulness {self.truthfulness}")
 
     @property
     def folder(self) -> Path:
@@ -89,13 +96,14 @@ def write_choice_task(out: Path, task: str, items: list[dict], data: dict, **met
     return name
 
 
-def _choice_tasks(cfg: TasksConfig, out: Path) -> dict:
+def _choice_tasks(out: Path, group: str, tasks: list[str], limit: int | None, seed: int) -> dict:
+    """The multiple-choice ``tasks`` (``limit`` items each; None: all) and their ``group``; ``{name: items}``."""
     sizes = {}
-    for task in cfg.mc_tasks:
-        items, data = choice_tasks.eval_items(task, cfg.mc_limit, cfg.seed)
-        sizes[write_choice_task(out, task, items, data, seed=cfg.seed)] = len(items)
+    for task in tasks:
+        items, data = choice_tasks.eval_items(task, limit, seed)
+        sizes[write_choice_task(out, task, items, data, seed=seed)] = len(items)
     if sizes:
-        write_group(out, MC_GROUP, list(sizes), ["acc", "acc_mutual_info"])
+        write_group(out, group, list(sizes), ["acc", "acc_mutual_info"])
     return sizes
 
 
@@ -139,9 +147,11 @@ def _qa_tasks(cfg: TasksConfig, out: Path) -> tuple[dict, dict]:
 def prepare_tasks(cfg: TasksConfig) -> dict:
     """Write every task of ``cfg`` into its folder; the manifest (also written there) as a dict."""
     out = reset_folder(cfg.folder)
-    mc = _choice_tasks(cfg, out)
+    mc = _choice_tasks(out, MC_GROUP, cfg.mc_tasks, cfg.mc_limit, cfg.seed)
+    truth = _choice_tasks(out, TRUTH_GROUP, cfg.truthfulness, None, cfg.seed)
     qa, sources = _qa_tasks(cfg, out) if cfg.qa_config else ({}, {})
-    info = {"folder": str(out.resolve()), "groups": {MC_GROUP: list(mc), QA_GROUP: list(qa)},
-            "items": {**mc, **qa}, "config": cfg.to_dict(), "qa_sources": sources}
+    groups = {MC_GROUP: list(mc), TRUTH_GROUP: list(truth), QA_GROUP: list(qa)}
+    info = {"folder": str(out.resolve()), "groups": groups, "items": {**mc, **truth, **qa}, "config": cfg.to_dict(),
+            "qa_sources": sources}
     write_manifest(out, info)
     return info
