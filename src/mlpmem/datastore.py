@@ -48,6 +48,7 @@ from mlpmem.corpora.documents import (
     release_pages,
 )
 from mlpmem.corpora.packing import Layout, batch_bounds, pack_layout, packed_rows, scored_index, window_lengths
+from mlpmem.datastore_reuse import KeyDonor, donor_shards, link_shard
 from mlpmem.errors import ConfigError, CorruptArtifact, MlpmemError
 from mlpmem.utils.distributed import (
     Dist,
@@ -185,7 +186,7 @@ def _settings(model, tokenizer, token_docs, layer, site, block_size, stride, bat
 def build_keystore(model, tokenizer, token_docs: Sequence[np.ndarray], out_dir: str | Path, *, layer, site="ffn_input",
                    block_size=512, stride=256, batch_size=4, batches_per_shard=16, with_lm=False,
                    precision="fp32", pack=False, rebuild=False, progress=True, desc="keys",
-                   dist: Dist | None = None) -> dict:
+                   dist: Dist | None = None, donor: KeyDonor | None = None) -> dict:
     """Encode every scored target of ``token_docs`` into a keystore at ``out_dir``; resumable, idempotent.
 
     Shard s always holds windows ``[s * P, (s + 1) * P)`` with ``P = batch_size * batches_per_shard``, so
@@ -193,7 +194,8 @@ def build_keystore(model, tokenizer, token_docs: Sequence[np.ndarray], out_dir: 
     encodes a contiguous slice of the pending shards and process 0 merges the records in corpus order.
     With ``pack`` a batch is up to ``batch_size`` rows of ``block_size`` tokens that share out, first-fit, as many
     consecutive windows of the shard as fit (a backbone that cannot run packed rows falls back to one window per
-    row, with a warning); the manifest records which way the store was built.
+    row, with a warning); the manifest records which way the store was built. A ``donor`` keystore's shards
+    whose inputs are this build's are linked instead of encoded (:mod:`mlpmem.datastore_reuse`).
     """
     dist = dist or current()
     out_dir = Path(out_dir)
@@ -216,10 +218,15 @@ def build_keystore(model, tokenizer, token_docs: Sequence[np.ndarray], out_dir: 
     done = done_indices(out_dir, manifest, f"keystore {out_dir}")
     dist.barrier()  # every process has seen the same finished shards before any writes a new one
     mine = my_slice([s for s in range(num_shards) if s not in done], dist)
+    reusable = donor_shards(donor, settings, windows, token_docs, per_shard) if donor is not None else {}
     scored = sum(windows[s * per_shard : (s + 1) * per_shard].num_scored for s in mine)
     bar = tqdm(total=scored, desc=desc if dist.world == 1 else f"{desc} [rank {dist.rank}]", unit="tok",
                disable=not progress, dynamic_ncols=True)
     for s in mine:
+        if s in reusable:
+            manifest = _record_shard(out_dir, manifest, link_shard(donor, out_dir, reusable[s]), num_shards, dist)
+            bar.update(reusable[s]["rows"])
+            continue
         shard_windows = windows[s * per_shard : (s + 1) * per_shard]
         parts = []
         for batch in window_batches(shard_windows, batch_size, pack_into):
@@ -272,8 +279,7 @@ def _check_context(model, block_size: int) -> None:
 
 def _write_shard(out_dir: Path, manifest: dict, parts: list[EncodedBatch], num_windows: int, index: int,
                  num_shards: int, dist: Dist) -> dict:
-    """Write shard ``index`` (files atomically, then its record); a single process also merges it at once,
-    so the manifest always shows the progress."""
+    """Write shard ``index`` (files atomically, then its record)."""
     files = {
         "keys": save_array(out_dir, f"keys-{index:05d}.npy", np.concatenate([p.keys for p in parts])),
         "values": save_array(out_dir, f"values-{index:05d}.npy", np.concatenate([p.values for p in parts])),
@@ -284,7 +290,14 @@ def _write_shard(out_dir: Path, manifest: dict, parts: list[EncodedBatch], num_w
     if any(f["shape"][0] != rows for f in files.values()):
         lengths = {k: f["shape"][0] for k, f in files.items()}
         raise CorruptArtifact(f"shard {index}: fields of different lengths {lengths}")
-    write_record(out_dir, {"index": index, "windows": num_windows, "rows": rows, "files": files})
+    return _record_shard(out_dir, manifest, {"index": index, "windows": num_windows, "rows": rows, "files": files},
+                         num_shards, dist)
+
+
+def _record_shard(out_dir: Path, manifest: dict, record: dict, num_shards: int, dist: Dist) -> dict:
+    """Record a finished shard; a single process also merges it at once, so the manifest always shows the
+    progress."""
+    write_record(out_dir, record)
     if dist.world == 1:
         manifest = merge_records(out_dir, manifest, num_shards, f"keystore {out_dir}")
     return manifest

@@ -8,9 +8,12 @@ import pytest
 
 from helpers.corpus import write_corpus
 from helpers.paths import ROOT
+from mlpmem.datastore_reuse import encoded_rows
 from mlpmem.errors import ConfigError
 from mlpmem.experiments.data_scaling import DataScalingConfig, run_scaling, size_config
+from mlpmem.layout import RunLayout
 from mlpmem.pipeline.config import PipelineConfig
+from mlpmem.utils.shards import read_json
 
 
 def test_size_config_caps_only_the_training_split(tmp_path):
@@ -37,6 +40,17 @@ def test_two_sizes_end_to_end(tmp_path, tiny_backbone_dir):
     assert (tmp_path / "scaling" / "data_scaling.png").stat().st_size > 1000
     text = (tmp_path / "scaling" / "report.md").read_text()
     assert "training tokens" in text and "memory alone / backbone (covered)" in text and "--train-tokens" in text
+    # the whole split ran first; the capped run took its evaluation keys whole and its first training shards
+    small, whole = (RunLayout(tmp_path / "scaling" / "runs" / name) for name in ("train-300", "train-all"))
+    for split in ("validation", "test"):
+        manifest = read_json(small.keystore(split) / "manifest.json", split)
+        assert encoded_rows(manifest) == 0 and manifest["rows"] == read_json(
+            whole.keystore(split) / "manifest.json", split)["rows"]
+    train = read_json(small.keystore("train") / "manifest.json", "train")
+    assert 0 < encoded_rows(train) < train["rows"]
+    path = tmp_path / "scaling" / "runs" / "train-300" / "timings.json"
+    timings = json.loads(path.read_text()) if path.exists() else {}
+    assert "keys_validation" not in timings and "keys_test" not in timings  # nothing was measured there
     for row in results["sizes"]:  # memory alone against the backbone on the positions its head covers
         test = row["test_ppl"]
         assert row["memory_over_backbone_covered"] == test["memory"] / test["backbone_covered"]

@@ -3,7 +3,10 @@
 The paper's central claim is that the memory's gain grows with its data. Each size is a full run of the given
 config with the training split capped at that many tokens (whole documents in order, the last one cut, so
 each size holds the smaller ones: a nested series), into ``<out>/runs/train-<tokens>/``; validation and test
-are the config's, the same for every size. Every run resumes, so the series may span sessions. The report
+are the config's, the same for every size. The largest size runs first; each smaller one takes the keys it
+shares with it (every shard of windows before its cut, the validation and test keystores whole) from its
+keystores instead of encoding them again (:mod:`mlpmem.datastore_reuse`). Every run resumes, so the series may
+span sessions. The report
 (``<out>/report.md``, ``results.json``, ``data_scaling.png``) sets memory + backbone and kNN-LM (on the same
 datastore) against the training tokens, both as ratios to the backbone.
 """
@@ -49,11 +52,14 @@ def run_scaling(config_path: str, cfg: DataScalingConfig, overrides: list[str] =
     """Run (or resume) the pipeline at every size, then write the report; returns its results."""
     base = PipelineConfig.from_yaml(config_path, overrides)
     out = Path(cfg.out_dir)
-    rows = []
-    for tokens in sorted(cfg.train_tokens, key=lambda n: n or float("inf")):
+    rows, largest = [], None
+    for tokens in sorted(cfg.train_tokens, key=lambda n: -(n or float("inf"))):  # the largest first
         run = Run(size_config(base, tokens, out), progress=progress)
+        if largest is not None:  # the sizes are nested: a smaller one reuses the largest one's keys
+            run._backbone, run.key_donor = largest.backbone, largest
         results = run_pipeline(run)
-        rows.append(size_row(results))
+        rows.insert(0, size_row(results))
+        largest = largest or run
     results = {"config": config_path, "overrides": list(overrides), "train_tokens": list(cfg.train_tokens),
                "sizes": rows}
     out.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from mlpmem.config import Config
 from mlpmem.corpora.documents import SPLITS
 from mlpmem.datastore import build_keystore
+from mlpmem.datastore_reuse import KeyDonor, encoded_rows
 from mlpmem.errors import ConfigError
 from mlpmem.pipeline.corpus import split_tokens
 from mlpmem.pipeline.run import Run
@@ -39,15 +40,18 @@ def stage_datastore(run: Run, rebuild: bool = False) -> dict:
     for split in SPLITS:
         with_lm = split != "train"  # evaluation keystores also hold the backbone's log-prob of each target
         tokens = split_tokens(run, split)
+        donor = None if run.key_donor is None else KeyDonor(run.key_donor.layout.keystore(split),
+                                                            split_tokens(run.key_donor, split))
         t0 = time.perf_counter()
         manifest = build_keystore(
             model, tokenizer, tokens, run.layout.keystore(split), layer=cfg.backbone.layer, site=cfg.backbone.site,
             block_size=cfg.corpus.block_size, stride=cfg.corpus.stride, batch_size=cfg.datastore.batch_size,
             batches_per_shard=cfg.datastore.batches_per_shard, with_lm=with_lm, precision=cfg.backbone.precision,
-            pack=cfg.datastore.pack, rebuild=rebuild, progress=run.progress, desc=f"keys {split}")
+            pack=cfg.datastore.pack, rebuild=rebuild, progress=run.progress, desc=f"keys {split}", donor=donor)
         seconds = time.perf_counter() - t0
-        summary[split] = {"tokens": manifest["rows"], "seconds": seconds}
-        if seconds > 1:  # a reused, complete keystore is not a measurement
-            run.record_timing(f"keys_{split}", tokens=manifest["rows"], seconds=seconds,
-                              tokens_per_s=manifest["rows"] / seconds, with_lm=with_lm)
+        encoded = encoded_rows(manifest)
+        summary[split] = {"tokens": manifest["rows"], "seconds": seconds, "reused": manifest["rows"] - encoded}
+        if seconds > 1 and encoded:  # a reused, complete keystore (or linked shards) is not a measurement
+            run.record_timing(f"keys_{split}", tokens=encoded, seconds=seconds, tokens_per_s=encoded / seconds,
+                              with_lm=with_lm)
     return summary

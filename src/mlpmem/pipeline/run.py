@@ -91,6 +91,9 @@ class Run:
         check_run_dir(self.dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._backbone = None
+        self.key_donor: Run | None = None
+        """Another run whose keystores this one's may share shards with (same backbone and key settings; see
+        :mod:`mlpmem.datastore_reuse`): ``mlpmem scale-data`` sets it to the largest size's run."""
 
     @property
     def backbone(self):
