@@ -188,6 +188,7 @@ EXPERIMENTS = [
             "the whole QA comparison, no-regression checks, ablations and report", (
                 *RUN,
                 Arg("--no-ablations", action="store_true", help="skip the ablation studies"),
+                Arg("--no-battery", action="store_true", help="skip the lm-eval battery (finished ones are reported)"),
                 Arg("--report-only", action="store_true",
                     help="compute nothing: write the report from what earlier (interrupted) runs finished")),
             aliases=("qa-report",)),

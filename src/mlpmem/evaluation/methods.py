@@ -40,7 +40,7 @@ from mlpmem.pipeline.hf_export import AUTO, augmented_from_run, open_run, run_la
 RAG_METHODS = ("rag-dense", "rag-bm25")
 RAG_OPTIONS = ("top_k", "passage_words", "max_prompt_tokens")
 OPTIONS: dict[str, tuple[str, ...]] = {
-    "memory": ("lam", "gate"),
+    "memory": ("lam", "gate", "gate_offset"),
     "backbone": (),
     "knnlm": ("lam",),
     **{m: ("docs", *RAG_OPTIONS) for m in RAG_METHODS},
@@ -67,6 +67,9 @@ class MethodArgs:
     """``auto`` (the run's validation choice) or a number in [0, 1] (memory, knnlm)."""
     gate: bool = False
     """The run's learned gate instead of one λ (memory)."""
+    gate_offset: float = 0.0
+    """With ``gate``: added to the gate's logit (:meth:`~mlpmem.inference.gate.Gate.set_offset`; the QA suite
+    chooses one on its validation questions)."""
     docs: str | None = None
     """RAG's documents: a JSON / JSON lines file of ``{"text"}``; None: the train split of the run's corpus."""
     weights: str | None = None
@@ -86,10 +89,12 @@ class MethodArgs:
         if not isinstance(self.gate, bool):
             raise ConfigError(f"gate must be true or false, got {self.gate!r}")
         defaults = MethodArgs.__dataclass_fields__
-        for key in ("lam", "gate", "docs", "weights", *RAG_OPTIONS):
+        for key in ("lam", "gate", "gate_offset", "docs", "weights", *RAG_OPTIONS):
             if getattr(self, key) != defaults[key].default and key not in OPTIONS[method]:
                 users = [m for m, keys in OPTIONS.items() if key in keys]
                 raise ConfigError(f"{key}= applies to method={' or '.join(users)}, not {method}")
+        if self.gate_offset != 0.0 and not self.gate:
+            raise ConfigError("gate_offset= needs gate=true")
         if "weights" in OPTIONS[method] and self.weights is None:
             raise ConfigError(f"method={method} needs weights=<folder written by save_finetuned>")
         if self.lam != AUTO:
@@ -181,7 +186,7 @@ def build_model(args: MethodArgs) -> Loaded:
             model.set_lambda(args.lam)
         return Loaded(model, model.tokenizer, lam=model.lam)
     if args.method == "memory":
-        model = augmented_from_run(args.run, args.lam, args.gate)
+        model = augmented_from_run(args.run, args.lam, args.gate, args.gate_offset)
         return Loaded(model, model.tokenizer, lam=model.lam)
     run = open_run(args.run)
     backbone, tokenizer = run.backbone

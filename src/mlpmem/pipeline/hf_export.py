@@ -45,10 +45,11 @@ def run_lambda(run: Run, lam: float | str = AUTO) -> float:
     return check_lambda(lam, "lam")
 
 
-def augmented_from_run(run_dir: str | Path, lam: float | str = AUTO, gate: bool = False
+def augmented_from_run(run_dir: str | Path, lam: float | str = AUTO, gate: bool = False, gate_offset: float = 0.0
                        ) -> MemoryAugmentedForCausalLM:
     """The memory-augmented model of a finished run: memory at ``lam`` ("auto": the run's), or with ``gate``
-    the run's learned gate (``mlpmem gate``), which then sets λ_t per position."""
+    the run's learned gate (``mlpmem gate``), which then sets λ_t per position (its logit shifted by
+    ``gate_offset``)."""
     run = open_run(run_dir)
     require(run, ("train",))
     records.check_upstream(run, "train")
@@ -60,6 +61,7 @@ def augmented_from_run(run_dir: str | Path, lam: float | str = AUTO, gate: bool 
         if not (run.layout.gate / "gate.json").is_file():
             raise ConfigError(f"the run {run.dir} has no learned gate: run `mlpmem gate {run.config_file}` first")
         learned = load_gate(run.layout.gate, memory)
+        learned.set_offset(gate_offset)
     model, tokenizer = run.backbone
     mixed = MemoryAugmentedLM(model, memory, lam=lam, tokenizer=tokenizer, gate=learned)
     return MemoryAugmentedForCausalLM.from_augmented(mixed, tokenizer, backbone=run.cfg.backbone.name)

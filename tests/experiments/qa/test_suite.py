@@ -54,6 +54,8 @@ def qa_setup(tmp_path, tiny_backbone_dir, monkeypatch):
         "no_regression": {"memory_from": "synthetic", "qa_wikidata": 2, "mc_tasks": ["general_knowledge"],
                           "mc_limit": 2},
         "ablations": {"pipeline": str(tmp_path / "ablate.yaml"), "studies": ["alpha"]},
+        "battery": {"methods": ["backbone", "rag-bm25", "cpt", "memory", "memory-gate"], "tasks": ["mlpmem_bigbench"],
+                    "mc_tasks": ["general_knowledge"], "mc_limit": 2, "truthfulness": [], "batch_size": 4},
     }
     (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite))
     return tmp_path
@@ -83,6 +85,7 @@ def test_qa_report_end_to_end(qa_setup, capsys):
     assert "no_regression" in bench["methods"]["memory"] and "no_regression" not in bench["methods"]["rag-bm25"]
     assert len(results["ablations"]["studies"]["alpha"]) == 6
     _check_per_item(tmp, bench)
+    _check_battery(tmp, results)
     report = (tmp / "docs" / "report.md").read_text()
     for label in ("RAG-dense", "RAG-BM25", "kNN-LM", "CPT", "LoRA", "MLP Memory", "C1:", "C3:", "C7:", "C8:",
                   "Δ vs backbone [95 % CI]", "![Δ F1 vs backbone](qa-delta-f1.png)"):
@@ -93,10 +96,12 @@ def test_qa_report_end_to_end(qa_setup, capsys):
     assert intervals["qa"]["synthetic"]["n_test"] == 6 and memory["f1"]["stderr"] is not None
     assert memory["delta_vs_base"]["f1"]["n"] == 6 and len(memory["delta_vs_base"]["f1"]["ci95"]) == 2
     assert set(intervals["no_regression"]) == {"qa_wikidata", "general_knowledge"}
-    # resumable: a second run reuses every method's results
+    # resumable: a second run reuses every method's results (and the battery's)
     mtime = (tmp / "qa" / "synthetic" / "methods" / "cpt.json").stat().st_mtime
+    battery = (tmp / "qa" / "battery" / "memory.json").stat().st_mtime
     assert main(["qa", "report", str(tmp / "suite.yaml"), "--quiet", "--no-ablations"]) == 0
     assert (tmp / "qa" / "synthetic" / "methods" / "cpt.json").stat().st_mtime == mtime
+    assert (tmp / "qa" / "battery" / "memory.json").stat().st_mtime == battery
     (tmp / "qa" / "synthetic" / "methods" / "lora.json").unlink()  # as if interrupted before LoRA finished
     (tmp / "docs" / "report.md").unlink()
     knnlm = tmp / "qa" / "synthetic" / "methods" / "knnlm.json"  # as if written before per-item scores were kept
@@ -112,6 +117,23 @@ def test_qa_report_end_to_end(qa_setup, capsys):
     (tmp / "ablate.yaml").write_text(yaml.safe_dump(ablate))
     assert main(["qa", "report", str(tmp / "suite.yaml"), "--quiet", "--report-only"]) == 0
     assert "ablation-alpha.png" not in (tmp / "docs" / "report.md").read_text()
+
+
+def _check_battery(tmp: Path, results: dict) -> None:
+    """Every battery method scored by lm-eval on the models of the synthetic benchmark, paired in the report."""
+    files = results["battery"]["methods"]
+    assert set(files) == {"backbone", "rag-bm25", "cpt", "memory", "memory-gate"}
+    memory = json.loads(Path(files["memory"]).read_text())
+    lam = results["benchmarks"]["synthetic"]["methods"]["memory"]["lambda"]
+    assert memory["config"]["mlpmem"]["lam"] == lam  # the QA-tuned λ, not the perplexity one
+    assert len(memory["samples"]["mlpmem_bb_general_knowledge"]) == 2
+    report = (tmp / "docs" / "report.md").read_text()
+    assert "## General capability through lm-eval (the battery)" in report and "| MLP Memory + gate |" in report
+    assert (tmp / "docs" / "battery-delta.png").stat().st_size > 0
+    intervals = json.loads((tmp / "docs" / "results.json").read_text())["battery_intervals"]
+    assert intervals["memory"]["mlpmem_bb_general_knowledge"]["acc"]["n_items"] == 2
+    c7 = next(c for c in json.loads((tmp / "docs" / "results.json").read_text())["claims"] if c["id"] == "C7")
+    assert c7["ours"].startswith("lm-eval battery")
 
 
 def _check_per_item(tmp: Path, bench: dict) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from mlpmem.baselines.methods import METHODS
 from mlpmem.evaluation.stats import ABOVE, BELOW, SAME, BootstrapConfig
+from mlpmem.experiments.qa.battery_report import any_below, describe_row, task_rows, worst
 from mlpmem.experiments.qa.intervals import (
     BASE,
     METRIC_LABELS,
@@ -63,9 +64,11 @@ def _comparison_dict(c: Comparison, what: str) -> dict:
 class _Claims:
     """Collects the claims of one results dict (the reference numbers and the comparisons behind each)."""
 
-    def __init__(self, results: dict, cfg: BootstrapConfig):
+    def __init__(self, results: dict, cfg: BootstrapConfig, battery: dict | None = None):
         self.results, self.cfg, self.out = results, cfg, []
         self.benches = results["benchmarks"]
+        self.battery = battery or {}
+        """``{method: rows}`` of the lm-eval battery against the backbone (:mod:`~.battery_report`)."""
 
     def add(self, cid, claim, paper, ours, ok, judged_by=POINT, comparisons=()):
         self.out.append({"id": cid, "claim": claim, "paper": paper, "ours": ours, "judged_by": judged_by,
@@ -92,10 +95,11 @@ class _Claims:
         self.add(cid, claim, paper, "; ".join(parts), all_above(found), PAIRED, comparisons)
 
 
-def claims(results: dict, cfg: BootstrapConfig) -> list[dict]:
+def claims(results: dict, cfg: BootstrapConfig, battery: dict | None = None) -> list[dict]:
     """C1–C9: the paper's claim, the paper's number, ours (with intervals), how it was judged, and whether ours
-    reproduces it (None: undecided, e.g. no per-item scores)."""
-    c = _Claims(results, cfg)
+    reproduces it (None: undecided, e.g. no per-item scores). ``battery``: the lm-eval battery's rows per method
+    (C7 is judged on it when given)."""
+    c = _Claims(results, cfg, battery)
     _perplexity_claims(c)
     if c.have("memory"):
         c.beats("C3", "memory above the backbone on every closed-book QA benchmark", "Mistral avg 32.12 → 36.06",
@@ -153,8 +157,23 @@ def _rag_gap_claim(c: _Claims) -> None:
           "above RAG)", "36.06 vs RAG 33.38", ours, ok, PAIRED, comparisons)
 
 
+def _battery_claim(c: _Claims, rows: list) -> None:
+    """C7 on the lm-eval battery: no task metric below the backbone by its paired interval."""
+    mine = task_rows(rows)
+    verdicts = [r.verdict for r in mine]
+    counts = ", ".join(f"{verdicts.count(v)} {v}" for v in (ABOVE, SAME, BELOW) if v in verdicts)
+    ours = f"lm-eval battery, {len(mine)} task metrics: {counts}; worst {describe_row(worst(rows))}"
+    c.add("C7", "no general-capability task below the backbone (paired 95 % interval)",
+          "9 NLP tasks 67.86 → 73.07, all above the backbone", ours, not any_below(rows), PAIRED,
+          [{"what": f"{r.task} {r.metric}: memory − backbone", "delta_vs_base": r.delta.as_dict(),
+            "verdict": r.verdict} for r in mine])
+
+
 def _no_regression_claim(c: _Claims) -> None:
-    """C7: no task of the battery below the backbone by its paired interval (the paper: all nine above)."""
+    """C7: no task of the battery below the backbone by its paired interval (the paper: all nine above); judged
+    on the lm-eval battery when the suite ran it, else on the suite's own no-regression checks."""
+    if c.battery.get("memory"):
+        return _battery_claim(c, c.battery["memory"])
     mine = no_regression_comparisons(c.results, c.cfg, list(METHODS)).get("memory")
     if not mine:
         return

@@ -35,6 +35,8 @@ def cmd_qa_report(args: argparse.Namespace) -> None:
     cfg = QASuiteConfig.from_yaml(args.config, args.set)
     if args.no_ablations:
         cfg.ablations = None
+    if args.no_battery:
+        cfg.battery = None
     results = run_suite(cfg, progress=not args.quiet, compute=not args.report_only)
     command = f"mlpmem qa report {args.config}" + "".join(f" --set {s}" for s in args.set)
     path = write_report(results, cfg.docs_dir, command)

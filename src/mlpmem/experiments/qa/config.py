@@ -12,6 +12,7 @@ from mlpmem.baselines.rag import RAGConfig
 from mlpmem.config import Config
 from mlpmem.errors import ConfigError
 from mlpmem.evaluation.stats import BootstrapConfig
+from mlpmem.experiments.qa.battery import BatteryConfig
 from mlpmem.experiments.qa.eval_qa import GenerationConfig
 from mlpmem.inference.mixing import check_lambda
 from mlpmem.inference.prompts import demonstrations
@@ -76,6 +77,8 @@ class QASuiteConfig(Config):
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     no_regression: NoRegressionConfig = field(default_factory=NoRegressionConfig)
     ablations: AblationSuiteConfig | None = field(default_factory=AblationSuiteConfig)
+    battery: BatteryConfig | None = None
+    """The no-regression battery through lm-eval (:mod:`mlpmem.experiments.qa.battery`); None: not run."""
     bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
     """The report's seeded bootstrap over the per-item scores (standard errors, paired 95 % intervals)."""
 
@@ -95,3 +98,6 @@ class QASuiteConfig(Config):
         demonstrations(self.shots)  # validates the range
         if isinstance(self.ablations, dict):
             self.ablations = AblationSuiteConfig(**self.ablations)
+        if isinstance(self.battery, dict):
+            self.battery = BatteryConfig(**self.battery)
+

@@ -3,7 +3,8 @@
 Tables: the QA table (rows: methods; columns: each benchmark's scores ± standard error, trainable parameters,
 training time, bytes that inference needs besides the backbone), every method's **paired** difference from
 the backbone with its 95 % interval and verdict (and a figure of Δ F1 with error bars), the perplexity of
-each benchmark's memory run, the no-regression table with its paired differences (and figure), the ablation
+each benchmark's memory run, the no-regression table with its paired differences (and figure), the lm-eval
+battery's table and figure (:mod:`mlpmem.experiments.qa.battery_report`, when the suite ran it), the ablation
 tables and figures, and the paper's claims C1–C9 judged with the intervals
 (:mod:`mlpmem.experiments.qa.claims`). Intervals come from the per-item scores of the method files
 (:mod:`mlpmem.experiments.qa.intervals`, seeded bootstrap); a file without them shows "no interval".
@@ -16,8 +17,10 @@ import shutil
 from pathlib import Path
 
 from mlpmem.baselines.methods import METHODS, OLD_NAMES
+from mlpmem.evaluation.compare import rows_json
 from mlpmem.evaluation.stats import BootstrapConfig
 from mlpmem.experiments.ablation import study_table
+from mlpmem.experiments.qa.battery_report import battery_rows, battery_section
 from mlpmem.experiments.qa.claims import claims
 from mlpmem.experiments.qa.interval_tables import comparison_table, delta_figure, figure_line, score_cell
 from mlpmem.experiments.qa.intervals import (
@@ -213,18 +216,20 @@ def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
     docs = Path(docs_dir)
     docs.mkdir(parents=True, exist_ok=True)
     cfg = bootstrap_config(results)
-    found = claims(results, cfg)
+    battery = battery_rows(results, cfg)
+    found = claims(results, cfg, battery)
     text = "\n".join([
         "# Knowledge QA, general capability, baselines and ablations", "", _intro(results, command, cfg), "",
         "## QA table (test questions)", "", qa_table(results, cfg), "",
         "## Paired differences from the backbone", "", qa_differences(results, cfg, docs), "",
         "## Perplexity of each benchmark's memory run (held-out text of the corpus)", "", perplexity_table(results), "",
         "## General capability (no regression)", "", no_regression_table(results, cfg, docs), "",
+        "## General capability through lm-eval (the battery)", "", battery_section(battery, LABELS, docs), "",
         "## The paper's claims at our scale", "", claims_table(found, results), "",
         "## Ablations", "", ablation_section(results, docs), "",
     ])
     path = docs / "report.md"
     path.write_text(text)
     write_json(docs / "results.json", {**without_per_item(results), "intervals": intervals_json(results, cfg, ORDER),
-                                       "claims": found})
+                                       "claims": found, "battery_intervals": rows_json(battery)})
     return path

@@ -4,8 +4,9 @@ For each benchmark (``synthetic``, ``disfl_qa``) :mod:`mlpmem.experiments.qa.run
 the project's pipeline on its corpus and scores every method (backbone, RAG dense / BM25 over the same
 corpus, kNN-LM on the run's datastore, CPT and LoRA trained on the same corpus, MLP Memory) on the same
 questions. The no-regression checks (:mod:`mlpmem.experiments.qa.no_regression`) run on the models of one
-benchmark (``no_regression.memory_from``); the ablations (:mod:`mlpmem.experiments.qa.ablations`) on their own
-pipeline config. Everything lands in ``out_dir/results.json``; the report (:mod:`mlpmem.experiments.qa.report`)
+benchmark (``no_regression.memory_from``), and with a ``battery`` section also through lm-eval on the BIG-bench
+battery (:mod:`mlpmem.experiments.qa.battery`); the ablations (:mod:`mlpmem.experiments.qa.ablations`) on their
+own pipeline config. Everything lands in ``out_dir/results.json``; the report (:mod:`mlpmem.experiments.qa.report`)
 is written from it.
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from mlpmem.backbone import load_backbone
 from mlpmem.experiments.qa.ablations import run_ablations
+from mlpmem.experiments.qa.battery import collect_battery, run_battery
 from mlpmem.experiments.qa.config import QASuiteConfig
 from mlpmem.experiments.qa.runner import collect_benchmark, run_benchmark
 from mlpmem.utils.runtime import set_threads
@@ -37,6 +39,7 @@ def run_suite(cfg: QASuiteConfig, progress: bool = True, compute: bool = True) -
             results["benchmarks"][name] = bench
         write_json(Path(cfg.out_dir) / "results.json", results)
     results["ablations"] = run_ablations(cfg, backbone, progress, train=compute and cfg.ablations is not None)
+    results["battery"] = run_battery(cfg, progress) if compute and cfg.battery else collect_battery(cfg)
     write_json(Path(cfg.out_dir) / "results.json", results)
     return results
 

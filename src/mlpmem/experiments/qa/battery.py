@@ -1,0 +1,125 @@
+"""The no-regression battery through lm-evaluation-harness, as a stage of the QA suite.
+
+Every method of ``battery.methods`` is scored by lm-eval (the ``mlpmem`` model type,
+:mod:`mlpmem.evaluation.harness`) on the local multiple-choice tasks ``mlpmem tasks prepare`` writes (the
+nine BIG-bench tasks and TruthfulQA; :mod:`mlpmem.experiments.tasks.prepare`), every item logged, on the
+models of the benchmark ``no_regression.memory_from``: its memory run (memory, datastore, corpus), the CPT /
+LoRA weights the suite saved, the λ (and gate offset) it chose on that benchmark's validation questions. Each
+method's lm-eval results go to ``<out_dir>/battery/<method>.json``; a method whose file exists is not run
+again, so the stage resumes. The tasks are written once into ``<out_dir>/battery/tasks`` (unless
+``tasks_dir`` names a prepared folder). The report pairs each method with the backbone item by item
+(:mod:`mlpmem.evaluation.compare`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlpmem.config import Config
+from mlpmem.errors import ConfigError
+from mlpmem.utils.shards import read_json
+
+GROUPS = ("mlpmem_bigbench", "mlpmem_truthfulness")
+BATTERY_METHODS = ("backbone", "rag-dense", "rag-bm25", "knnlm", "cpt", "lora", "memory", "memory-gate")
+
+
+@dataclass
+class BatteryConfig(Config):
+    methods: list[str] = field(default_factory=lambda: ["backbone", "rag-dense", "rag-bm25", "knnlm", "cpt", "lora",
+                                                        "memory"])
+    """Methods scored, each paired with ``backbone`` (which must be among them)."""
+    tasks: list[str] = field(default_factory=lambda: list(GROUPS))
+    """lm-eval tasks or groups of the prepared folder."""
+    tasks_dir: str = ""
+    """A folder written by ``mlpmem tasks prepare``; empty: the suite writes one (``mc_tasks`` / ``mc_limit``)."""
+    mc_tasks: list[str] | None = None
+    """The BIG-bench tasks of the folder the suite writes (None: the nine of ``mlpmem tasks prepare``)."""
+    mc_limit: int = 200
+    truthfulness: list[str] = field(default_factory=lambda: ["truthful_qa"])
+    """The truthfulness tasks of the folder the suite writes (every item of each)."""
+    limit: int | None = None
+    """Items scored per task (None: every item of the folder)."""
+    batch_size: int = 8
+
+    def validate(self) -> None:
+        if "backbone" not in self.methods or set(self.methods) - set(BATTERY_METHODS):
+            raise ConfigError(f"battery.methods must include backbone and be among {list(BATTERY_METHODS)}, "
+                              f"got {self.methods}")
+        if not self.tasks or self.mc_limit < 1 or (self.limit is not None and self.limit < 1) or self.batch_size < 1:
+            raise ConfigError("battery: tasks must be non-empty, mc_limit, limit and batch_size >= 1")
+
+
+def battery_dir(out_dir: str | Path) -> Path:
+    return Path(out_dir) / "battery"
+
+
+def model_args(cfg, method: str) -> str:
+    """lm-eval ``model_args`` of ``method`` on the models of ``no_regression.memory_from`` (suite config ``cfg``)."""
+    bench = Path(cfg.out_dir) / cfg.no_regression.memory_from
+    run = f"run={bench / 'memory-run'}"
+    tuned = _tuned(bench, method) if method in ("knnlm", "memory", "memory-gate") else {}
+    if method == "memory":
+        return f"{run},lam={tuned['lambda']}"
+    if method == "memory-gate":
+        return f"{run},gate=true,gate_offset={tuned.get('gate_offset', 0.0)}"
+    if method == "knnlm":
+        return f"{run},method=knnlm,lam={tuned['lambda']}"
+    if method in ("cpt", "lora"):
+        return f"{run},method={method},weights={bench / 'weights' / method}"
+    if method.startswith("rag-"):
+        rag = cfg.rag
+        return (f"{run},method={method},docs={bench / 'data' / 'corpus' / 'train.jsonl'},top_k={rag.top_k},"
+                f"passage_words={rag.passage_words},max_prompt_tokens={rag.max_prompt_tokens}")
+    return f"{run},method=backbone"
+
+
+def _tuned(bench: Path, method: str) -> dict:
+    path = bench / "methods" / f"{method}.json"
+    if not path.is_file():
+        raise ConfigError(f"battery: {path} is missing: the QA suite must score {method} on {bench.name} first "
+                          "(its λ is chosen there)")
+    return read_json(path, f"{method} results")
+
+
+def tasks_folder(cfg) -> Path:
+    """The prepared task folder: ``battery.tasks_dir``, or one the suite writes once under its battery folder."""
+    if cfg.battery.tasks_dir:
+        return Path(cfg.battery.tasks_dir)
+    from mlpmem.experiments.tasks.prepare import TasksConfig, prepare_tasks
+
+    folder = battery_dir(cfg.out_dir) / "tasks"
+    if not (folder / "manifest.json").is_file():
+        options = {} if cfg.battery.mc_tasks is None else {"mc_tasks": cfg.battery.mc_tasks}
+        prepare_tasks(TasksConfig(out=str(folder), mc_limit=cfg.battery.mc_limit, qa_config=None, seed=cfg.seed,
+                                  truthfulness=list(cfg.battery.truthfulness), **options))
+    return folder
+
+
+def run_battery(cfg, progress: bool = True) -> dict:
+    """Score every method not yet scored; ``{"tasks_dir", "methods": {method: results file}}`` of what exists."""
+    from mlpmem.evaluation.harness import evaluate, write_results
+
+    missing = set(cfg.battery.methods) - set(cfg.methods)
+    if missing:
+        raise ConfigError(f"battery.methods {sorted(missing)} are not among the suite's methods {cfg.methods} "
+                          "(their λ and weights come from the suite)")
+    folder = tasks_folder(cfg)
+    for method in cfg.battery.methods:
+        path = battery_dir(cfg.out_dir) / f"{method}.json"
+        if path.is_file():
+            continue
+        results = evaluate(cfg.battery.tasks, "mlpmem", model_args(cfg, method), include_path=folder,
+                           local_only=True, limit=cfg.battery.limit, batch_size=cfg.battery.batch_size,
+                           log_samples=True)
+        write_results(results, path)
+    return collect_battery(cfg, folder)
+
+
+def collect_battery(cfg, folder: Path | None = None) -> dict | None:
+    """What earlier runs of the stage left (None when the backbone was not scored)."""
+    out = battery_dir(cfg.out_dir)
+    files = {m: str(out / f"{m}.json") for m in BATTERY_METHODS if (out / f"{m}.json").is_file()}
+    if "backbone" not in files:
+        return None
+    return {"tasks_dir": str(folder or out / "tasks"), "methods": files}

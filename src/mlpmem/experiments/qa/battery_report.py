@@ -1,0 +1,60 @@
+"""The battery's part of the QA report: every method against the backbone on the lm-eval battery, item by item.
+
+Read from the files the battery stage wrote (:mod:`mlpmem.experiments.qa.battery`; ``results["battery"]``),
+compared with :func:`mlpmem.evaluation.compare.compare` (per task and metric the two scores, the paired
+difference with its 95 % interval and a verdict; the average over tasks), drawn with its plot.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mlpmem.evaluation.compare import AVERAGE, LABELS, Row, compare, load_results, plot_deltas, table
+from mlpmem.evaluation.stats import BELOW, BootstrapConfig
+
+FIGURE = "battery-delta.png"
+
+
+def battery_rows(results: dict, cfg: BootstrapConfig) -> dict[str, list[Row]]:
+    """``{method: rows}`` of every scored method against the backbone (empty when the battery did not run)."""
+    battery = results.get("battery")
+    if not battery:
+        return {}
+    files = battery["methods"]
+    base = load_results(files["backbone"])
+    return {method: compare(base, load_results(path), None, cfg) for method, path in files.items()
+            if method != "backbone"}
+
+
+def battery_section(rows: dict[str, list[Row]], labels: dict[str, str], docs: Path) -> str:
+    """The table (scores ± standard error, Δ vs backbone with its 95 % interval, verdict) and the Δ plot."""
+    if not rows:
+        return "(not run: give the suite config a `battery` section, `mlpmem.experiments.qa.battery`)"
+    named = {labels.get(m, m): r for m, r in rows.items()}
+    figure = plot_deltas({m: [r for r in rs if r.task != AVERAGE] for m, rs in named.items()}, docs / FIGURE,
+                         "backbone")
+    return "\n".join([
+        "lm-evaluation-harness (`mlpmem` model type) on the local BIG-bench tasks of `mlpmem tasks prepare`, the "
+        "models of the no-regression benchmark at its QA-tuned λ; acc: log-likelihood choice, PMI: lm-eval's "
+        "`acc_mutual_info` (domain-conditional PMI, docs/lm-eval.md). Every difference is paired over the items "
+        "both scored; `average` weighs every task the same.", "",
+        table(named, "backbone"), "", f"![battery Δ vs backbone]({figure.name})"])
+
+
+def task_rows(rows: list[Row]) -> list[Row]:
+    """The per-task rows (without the average)."""
+    return [r for r in rows if r.task != AVERAGE]
+
+
+def worst(rows: list[Row]) -> Row:
+    return min(task_rows(rows), key=lambda r: r.delta.estimate)
+
+
+def describe_row(r: Row) -> str:
+    d = r.delta
+    return (f"{r.task} {LABELS[r.metric]} {r.method.estimate:.1f} vs {r.base.estimate:.1f}, Δ {d.estimate:+.1f} "
+            f"[{d.low:+.1f}, {d.high:+.1f}] ({r.verdict})")
+
+
+def any_below(rows: list[Row]) -> bool:
+    return any(r.verdict == BELOW for r in task_rows(rows))
