@@ -122,6 +122,8 @@ def test_the_command_and_lm_evals_hf_type_on_a_saved_folder_agree(run_dir, tasks
     (dict(run="r", pretrained="p"), "exactly one of run="),
     (dict(run="r", method="backbone", lam=0.2), "not backbone"),
     (dict(run="r", method="knnlm", gate=True), "gate= applies to method=memory, not knnlm"),
+    (dict(run="r", gate_offset=2.0), "gate_offset= needs gate=true"),
+    (dict(run="r", method="knnlm", gate_offset=1.0), "gate_offset= applies to method=memory, not knnlm"),
     (dict(run="r", method="cpt"), "method=cpt needs weights="),
     (dict(run="r", method="rag-dense", weights="w"), "weights= applies to method=cpt or lora, not rag-dense"),
     (dict(run="r", method="backbone", docs="d.jsonl"), "docs= applies to method=rag-dense or rag-bm25, not backbone"),

@@ -127,6 +127,9 @@ def _check_battery(tmp: Path, results: dict) -> None:
     lam = results["benchmarks"]["synthetic"]["methods"]["memory"]["lambda"]
     assert memory["config"]["mlpmem"]["lam"] == lam  # the QA-tuned λ, not the perplexity one
     assert len(memory["samples"]["mlpmem_bb_general_knowledge"]) == 2
+    gated = json.loads(Path(files["memory-gate"]).read_text())["config"]["mlpmem"]
+    assert gated["gate"] is True and gated["gate_offset"] == results["benchmarks"]["synthetic"]["methods"][
+        "memory-gate"]["gate_offset"]
     report = (tmp / "docs" / "report.md").read_text()
     assert "## General capability through lm-eval (the battery)" in report and "| MLP Memory + gate |" in report
     assert (tmp / "docs" / "battery-delta.png").stat().st_size > 0
