@@ -102,6 +102,7 @@ def test_qa_report_end_to_end(qa_setup, capsys):
     assert main(["qa", "report", str(tmp / "suite.yaml"), "--quiet", "--no-ablations"]) == 0
     assert (tmp / "qa" / "synthetic" / "methods" / "cpt.json").stat().st_mtime == mtime
     assert (tmp / "qa" / "battery" / "memory.json").stat().st_mtime == battery
+    assert "suite.yaml --no-ablations`" in (tmp / "docs" / "report.md").read_text()  # the command as it ran
     (tmp / "qa" / "synthetic" / "methods" / "lora.json").unlink()  # as if interrupted before LoRA finished
     (tmp / "docs" / "report.md").unlink()
     knnlm = tmp / "qa" / "synthetic" / "methods" / "knnlm.json"  # as if written before per-item scores were kept

@@ -38,7 +38,8 @@ def cmd_qa_report(args: argparse.Namespace) -> None:
     if args.no_battery:
         cfg.battery = None
     results = run_suite(cfg, progress=not args.quiet, compute=not args.report_only)
-    command = f"mlpmem qa report {args.config}" + "".join(f" --set {s}" for s in args.set)
+    flags = "".join(f" --no-{name}" for name in ("ablations", "battery") if getattr(args, f"no_{name}"))
+    command = f"mlpmem qa report {args.config}" + "".join(f" --set {s}" for s in args.set) + flags
     path = write_report(results, cfg.docs_dir, command)
     print(path.read_text())
     print(f"report: {path}")
