@@ -29,7 +29,7 @@ def battery_rows(results: dict, cfg: BootstrapConfig) -> dict[str, list[Row]]:
 def battery_section(rows: dict[str, list[Row]], labels: dict[str, str], docs: Path) -> str:
     """The table (scores ± standard error, Δ vs backbone with its 95 % interval, verdict) and the Δ plot."""
     if not rows:
-        return "(not run: give the suite config a `battery` section, `mlpmem.experiments.qa.battery`)"
+        return "(not run: the suite config has no `battery` section, or `--no-battery` skipped it)"
     named = {labels.get(m, m): r for m, r in rows.items()}
     figure = plot_deltas({m: [r for r in rs if r.task != AVERAGE] for m, rs in named.items()}, docs / FIGURE,
                          "backbone")
