@@ -18,9 +18,9 @@ from pathlib import Path
 
 from mlpmem.config import Config
 from mlpmem.errors import ConfigError
+from mlpmem.experiments.tasks.choice_tasks import MC_GROUP, TRUTH_GROUP
 from mlpmem.utils.shards import read_json
 
-GROUPS = ("mlpmem_bigbench", "mlpmem_truthfulness")
 BATTERY_METHODS = ("backbone", "rag-dense", "rag-bm25", "knnlm", "cpt", "lora", "memory", "memory-gate")
 
 
@@ -29,7 +29,7 @@ class BatteryConfig(Config):
     methods: list[str] = field(default_factory=lambda: ["backbone", "rag-dense", "rag-bm25", "knnlm", "cpt", "lora",
                                                         "memory"])
     """Methods scored, each paired with ``backbone`` (which must be among them)."""
-    tasks: list[str] = field(default_factory=lambda: list(GROUPS))
+    tasks: list[str] = field(default_factory=lambda: [MC_GROUP, TRUTH_GROUP])
     """lm-eval tasks or groups of the prepared folder."""
     tasks_dir: str = ""
     """A folder written by ``mlpmem tasks prepare``; empty: the suite writes one (``mc_tasks`` / ``mc_limit``)."""
@@ -86,7 +86,7 @@ def tasks_folder(cfg) -> Path:
     """The prepared task folder: ``battery.tasks_dir``, or one the suite writes once under its battery folder."""
     if cfg.battery.tasks_dir:
         return Path(cfg.battery.tasks_dir)
-    from mlpmem.experiments.tasks.prepare import TasksConfig, prepare_tasks
+    from mlpmem.experiments.tasks.prepare import TasksConfig, prepare_tasks  # here: prepare reads the QA config
 
     folder = battery_dir(cfg.out_dir) / "tasks"
     if not (folder / "manifest.json").is_file():

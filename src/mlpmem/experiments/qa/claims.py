@@ -173,7 +173,8 @@ def _no_regression_claim(c: _Claims) -> None:
     """C7: no task of the battery below the backbone by its paired interval (the paper: all nine above); judged
     on the lm-eval battery when the suite ran it, else on the suite's own no-regression checks."""
     if c.battery.get("memory"):
-        return _battery_claim(c, c.battery["memory"])
+        _battery_claim(c, c.battery["memory"])
+        return
     mine = no_regression_comparisons(c.results, c.cfg, list(METHODS)).get("memory")
     if not mine:
         return

@@ -19,6 +19,10 @@ import hashlib
 
 from mlpmem.experiments.qa.bigbench import multiple_choice, read_task
 
+MC_GROUP = "mlpmem_bigbench"
+"""The lm-eval group of the nine multiple-choice tasks."""
+TRUTH_GROUP = "mlpmem_truthfulness"
+"""The lm-eval group of the truthfulness tasks (TruthfulQA multiple choice)."""
 DEFAULT_INPUT_PREFIX = "\nQ: "
 DEFAULT_OUTPUT_PREFIX = "\nA: "
 

@@ -31,6 +31,7 @@ from mlpmem.experiments.qa.config import QASuiteConfig
 from mlpmem.experiments.qa.data import prepare_data, question_splits
 from mlpmem.experiments.tasks import choice_tasks
 from mlpmem.experiments.tasks.catalog import DEFAULT_NINE
+from mlpmem.experiments.tasks.choice_tasks import MC_GROUP, TRUTH_GROUP
 from mlpmem.experiments.tasks.writer import (
     QA_DATA,
     choice_spec,
@@ -43,8 +44,6 @@ from mlpmem.experiments.tasks.writer import (
 from mlpmem.inference.prompts import DEMONSTRATIONS, QUESTION_TEMPLATE
 from mlpmem.utils.io import cache_root
 
-MC_GROUP = "mlpmem_bigbench"
-TRUTH_GROUP = "mlpmem_truthfulness"
 QA_GROUP = "mlpmem_qa"
 QA_PROMPT = QUESTION_TEMPLATE.format(question="{{question}}")
 UNTIL = ["Question:", "Context:"]
