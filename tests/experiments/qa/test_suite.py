@@ -101,6 +101,7 @@ def test_qa_report_end_to_end(qa_setup, capsys):
     battery = (tmp / "qa" / "battery" / "memory.json").stat().st_mtime
     assert main(["qa", "report", str(tmp / "suite.yaml"), "--quiet", "--no-ablations"]) == 0
     assert (tmp / "qa" / "synthetic" / "methods" / "cpt.json").stat().st_mtime == mtime
+    assert bench["methods"]["memory"]["settings"]["lambda_grid"] == [0.0, 0.5]
     assert (tmp / "qa" / "battery" / "memory.json").stat().st_mtime == battery
     assert "suite.yaml --no-ablations`" in (tmp / "docs" / "report.md").read_text()  # the command as it ran
     (tmp / "qa" / "synthetic" / "methods" / "lora.json").unlink()  # as if interrupted before LoRA finished
@@ -205,3 +206,29 @@ def test_results_under_the_old_backbone_name_are_read(tmp_path, tiny_llama, tiny
         build_method("memory", None, (tiny_llama, tiny_tokenizer))
     with pytest.raises(ConfigError, match="documents"):
         build_method("cpt", None, (tiny_llama, tiny_tokenizer))
+
+
+def test_a_method_file_scored_under_other_settings_is_scored_again(tmp_path):
+    from mlpmem.experiments.qa.runner import changed_settings, method_settings
+
+    suite = {"benchmarks": {"synthetic": {"pipeline": "configs/qa-synthetic.yaml"},
+                            "disfl_qa": {"pipeline": "configs/qa-disfl_qa.yaml"}},
+             "lambda_grid": [0.0, 0.5], "gate_offset_grid": [0.0, 3.0],
+             "no_regression": {"memory_from": "synthetic", "methods": ["backbone", "memory"]}}
+    cfg = QASuiteConfig(**suite)
+    wider = QASuiteConfig(**{**suite, "lambda_grid": [0.0, 0.5, 0.8], "gate_offset_grid": [0.0, 3.0, 6.0]})
+    for method, changed in {"memory": ["lambda_grid"], "knnlm": ["lambda_grid"], "memory-gate": ["gate_offset_grid"],
+                            "backbone": [], "cpt": [], "rag-dense": []}.items():
+        stored = {"test": {}, "settings": method_settings(cfg, "synthetic", method)}
+        assert changed_settings(stored, method_settings(wider, "synthetic", method)) == changed, method
+        assert changed_settings(stored, method_settings(cfg, "synthetic", method)) == []
+    # the no-regression checks only where they run; a file from before settings were recorded stays current
+    assert "no_regression" in method_settings(cfg, "synthetic", "memory")
+    assert "no_regression" not in method_settings(cfg, "disfl_qa", "memory")
+    assert "no_regression" not in method_settings(cfg, "synthetic", "knnlm")
+    assert changed_settings({"test": {}}, method_settings(wider, "synthetic", "memory")) == []
+    fewer = QASuiteConfig(**{**suite, "benchmarks": {**suite["benchmarks"],
+                                                     "synthetic": {"pipeline": "configs/qa-synthetic.yaml",
+                                                                   "test_questions": 10}}})
+    stored = {"settings": method_settings(cfg, "synthetic", "backbone")}
+    assert changed_settings(stored, method_settings(fewer, "synthetic", "backbone")) == ["benchmark"]

@@ -7,12 +7,15 @@ EM / F1 by id (``per_item``, :mod:`mlpmem.experiments.qa.per_item`, for the repo
 sample of the predictions, its cost, and for the models of ``no_regression.memory_from`` the no-regression
 battery (with its per-item correctness). Mixing methods get λ tuned here, on the
 validation questions. A method whose file exists is not run again, so an interrupted suite resumes where it
-stopped.
+stopped, unless the file records other settings than the suite's (:func:`method_settings`): then it is scored
+again.
 """
 
 from __future__ import annotations
 
+import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from mlpmem.baselines.finetuned import save_finetuned
@@ -74,6 +77,32 @@ def method_file(bench_dir: Path, method: str) -> Path:
             if new == method and (bench_dir / "methods" / f"{old}.json").exists():
                 return bench_dir / "methods" / f"{old}.json"
     return path
+
+
+def method_settings(cfg: QASuiteConfig, bench: str, method: str) -> dict:
+    """The suite's settings that ``method``'s file on ``bench`` depends on (besides the benchmark's data and memory
+    run, which have their own checks), as JSON would read them back: recorded in the file, and a file recorded
+    under others is scored again."""
+    settings = {"benchmark": asdict(cfg.benchmarks[bench]), "seed": cfg.seed, "shots": cfg.shots,
+                "generation": asdict(cfg.generation)}
+    if METHODS[method].mixes:
+        settings["lambda_grid"] = cfg.lambda_grid
+    if method == "memory-gate":
+        settings["gate_offset_grid"] = cfg.gate_offset_grid
+    if method.startswith("rag"):
+        settings["rag"] = asdict(cfg.rag)
+    if method in FINETUNED:
+        settings[method] = asdict(getattr(cfg, method))
+    if bench == cfg.no_regression.memory_from and method in cfg.no_regression.methods:
+        settings["no_regression"] = {k: v for k, v in asdict(cfg.no_regression).items() if k != "methods"}
+    return json.loads(json.dumps(settings))
+
+
+def changed_settings(result: dict, settings: dict) -> list[str]:
+    """The settings (top-level names) a method's stored ``result`` was computed under otherwise; a file written
+    before settings were recorded counts as current."""
+    stored = result.get("settings", settings)
+    return sorted(k for k in {*stored, *settings} if stored.get(k) != settings.get(k))
 
 
 def _evaluate_splits(ctx: Context, model, prompt_fn, splits=("test", "held_out")) -> dict:
@@ -145,16 +174,22 @@ def run_benchmark(cfg: QASuiteConfig, name: str, backbone, progress: bool = True
     nr_items = no_regression_items(cfg.no_regression, cfg.seed) if name == cfg.no_regression.memory_from else None
     out = {"memory_run": memory_results, "questions": {k: len(v) for k, v in ctx.questions.items()}, "methods": {}}
     for method in cfg.methods:
-        path = method_file(ctx.dir, method)
+        path, settings = method_file(ctx.dir, method), method_settings(cfg, name, method)
         if path.exists():
-            out["methods"][method] = read_json(path, f"{method} results")
-            continue
+            stored = read_json(path, f"{method} results")
+            changed = changed_settings(stored, settings)
+            if not changed:
+                out["methods"][method] = stored
+                continue
+            print(f"[qa] {name}: {method} was scored under other {', '.join(changed)}: scoring it again", flush=True)
         print(f"[qa] {name}: {method}", flush=True)
         t0 = time.perf_counter()
         built, result = run_method(ctx, method)
         if nr_items is not None and method in cfg.no_regression.methods:
             result["no_regression"] = no_regression(built.model, ctx.tokenizer, nr_items, cfg.generation)
         result["wall_seconds"] = time.perf_counter() - t0
+        result["settings"] = settings
+        path = ctx.dir / "methods" / f"{method}.json"  # an old name's file is replaced by the current name's
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(path, result)
         out["methods"][method] = result
