@@ -17,6 +17,7 @@ from mlpmem.inference.gate_io import load_gate
 from mlpmem.pipeline import records, require, run_pipeline, run_stage
 from mlpmem.pipeline.config import PipelineConfig
 from mlpmem.pipeline.evaluate import load_memory
+from mlpmem.pipeline.reuse import reuse_stages
 from mlpmem.pipeline.run import Run
 from mlpmem.reporting.run_report import (
     distribution_table,
@@ -99,6 +100,9 @@ def report(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> None:
     the_run = _run(args)
     with the_run.locked(args.command_line):
+        if getattr(args, "reuse_from", None):
+            taken = reuse_stages(the_run, args.reuse_from)
+            print(f"taken from {args.reuse_from}: {', '.join(taken) or 'nothing (built from other settings)'}")
         _print_results(the_run, run_pipeline(the_run, rebuild=args.rebuild))
 
 

@@ -72,7 +72,10 @@ def _bench(config: str) -> tuple[Arg, ...]:
 
 
 PIPELINE = [
-    Command("run", "", f"{STAGES}:run", "run every stage of a config and print the results table", RUN),
+    Command("run", "", f"{STAGES}:run", "run every stage of a config and print the results table",
+            (*RUN, Arg("--reuse-from", metavar="RUN",
+                       help="take the datastore, kNN-LM lists and teacher of this run where built from the same "
+                            "settings"))),
     Command("datastore", "", f"{STAGES}:datastore",
             "build the datastore (training keys) and the evaluation keystores", RUN),
     Command("knnlm", "", f"{STAGES}:knnlm",

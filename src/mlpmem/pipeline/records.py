@@ -87,7 +87,11 @@ def inputs(run: Run, stage: str) -> dict[str, Any]:
 
 
 def read_record(run: Run, stage: str) -> dict | None:
-    path = run.layout.record(stage)
+    return read_record_at(run.layout.record(stage), stage)
+
+
+def read_record_at(path: Path, stage: str) -> dict | None:
+    """The stage record at ``path`` (any run folder's ``stages/<stage>.json``); None when there is none."""
     if not path.is_file():
         return None
     record = read_json(path, f"record of the {stage} stage")

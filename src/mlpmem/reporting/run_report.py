@@ -45,6 +45,11 @@ def retrieval_table(run) -> str:
     lines = [f"Run `{run.dir}` (backbone {run.cfg.backbone.name}, layer {run.cfg.backbone.layer}, "
              f"site {run.cfg.backbone.site}, corpus {run.cfg.corpus.name or run.cfg.corpus.path})", "",
              markdown_table(["measurement", "value"], rows)]
+    lenders = sorted({v["reused_from"] for v in t.values() if isinstance(v, dict) and "reused_from" in v})
+    if lenders:
+        lines += ["", f"The datastore (and the stages built from the same settings after it) was taken from "
+                      f"{', '.join(f'`{x}`' for x in lenders)} (`mlpmem run --reuse-from`); its timings are that "
+                      "run's."]
     return "\n".join(lines)
 
 
