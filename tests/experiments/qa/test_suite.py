@@ -232,3 +232,10 @@ def test_a_method_file_scored_under_other_settings_is_scored_again(tmp_path):
                                                                    "test_questions": 10}}})
     stored = {"settings": method_settings(cfg, "synthetic", "backbone")}
     assert changed_settings(stored, method_settings(fewer, "synthetic", "backbone")) == ["benchmark"]
+    tune = QASuiteConfig(**{**suite, "benchmarks": {**suite["benchmarks"],
+                                                    "synthetic": {"pipeline": "configs/qa-synthetic.yaml",
+                                                                  "tune_questions": 100}}})
+    assert changed_settings(stored, method_settings(tune, "synthetic", "backbone")) == []  # it tunes nothing
+    for method in ("memory", "knnlm", "memory-gate"):
+        stored = {"settings": method_settings(cfg, "synthetic", method)}
+        assert changed_settings(stored, method_settings(tune, "synthetic", method)) == ["benchmark"]

@@ -83,8 +83,9 @@ def method_settings(cfg: QASuiteConfig, bench: str, method: str) -> dict:
     """The suite's settings that ``method``'s file on ``bench`` depends on (besides the benchmark's data and memory
     run, which have their own checks), as JSON would read them back: recorded in the file, and a file recorded
     under others is scored again."""
-    settings = {"benchmark": asdict(cfg.benchmarks[bench]), "seed": cfg.seed, "shots": cfg.shots,
-                "generation": asdict(cfg.generation)}
+    tuned = METHODS[method].mixes or method == "memory-gate"  # chosen on the validation questions
+    benchmark = {k: v for k, v in asdict(cfg.benchmarks[bench]).items() if tuned or k != "tune_questions"}
+    settings = {"benchmark": benchmark, "seed": cfg.seed, "shots": cfg.shots, "generation": asdict(cfg.generation)}
     if METHODS[method].mixes:
         settings["lambda_grid"] = cfg.lambda_grid
     if method == "memory-gate":
