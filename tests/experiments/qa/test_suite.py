@@ -119,6 +119,24 @@ def test_qa_report_end_to_end(qa_setup, capsys):
     (tmp / "ablate.yaml").write_text(yaml.safe_dump(ablate))
     assert main(["qa", "report", str(tmp / "suite.yaml"), "--quiet", "--report-only"]) == 0
     assert "ablation-alpha.png" not in (tmp / "docs" / "report.md").read_text()
+    _check_question_gate(tmp)
+
+
+def _check_question_gate(tmp: Path) -> None:
+    """gate_training: questions rescores memory-gate alone, with a gate trained on the validation questions."""
+    methods = tmp / "qa" / "synthetic" / "methods"
+    suite = yaml.safe_load((tmp / "suite.yaml").read_text())
+    (tmp / "suite.yaml").write_text(yaml.safe_dump({**suite, "gate_training": "questions", "battery": None}))
+    kept = {m: (methods / f"{m}.json").stat().st_mtime for m in ("memory", "knnlm", "cpt")}
+    assert main(["qa", "report", str(tmp / "suite.yaml"), "--quiet", "--no-ablations"]) == 0
+    assert {m: (methods / f"{m}.json").stat().st_mtime for m in kept} == kept
+    gated = json.loads((methods / "memory-gate.json").read_text())
+    record = json.loads((tmp / "qa" / "synthetic" / "gate-questions" / "gate.json").read_text())
+    validation = [json.loads(x)["id"] for x in (tmp / "qa" / "synthetic" / "data" / "questions" / "validation.jsonl")
+                  .read_text().splitlines()][:4]
+    assert gated["gate_training"] == "questions" and record["questions"] == validation
+    assert gated["settings"]["gate_training"] == "questions"
+    assert record["init_lambda"] == json.loads((methods / "memory.json").read_text())["lambda"]
 
 
 def _check_battery(tmp: Path, results: dict) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 from mlpmem.baselines.cpt import FinetuneConfig
 from mlpmem.baselines.lora import LoRAConfig
@@ -69,6 +70,10 @@ class QASuiteConfig(Config):
     gate_offset_grid: list[float] = field(default_factory=lambda: [0.0])
     """memory-gate: offsets added to the gate's logit, one chosen on the validation questions as λ is (the gate is
     trained on corpus text, whose positions are not questions); ``[0.0]``: the gate as trained."""
+    gate_training: Literal["text", "questions"] = "text"
+    """What memory-gate's gate learns from: ``text``, the memory run's gate (``mlpmem gate``, the run's validation
+    text); ``questions``, a gate of the same kind trained on the benchmark's validation questions and answers
+    (:mod:`mlpmem.experiments.qa.question_gate`)."""
     shots: int = 0
     """Format demonstrations before every QA prompt, the same for every method (:mod:`mlpmem.inference.prompts`)."""
     rag: RAGConfig = field(default_factory=RAGConfig)

@@ -25,6 +25,7 @@ from mlpmem.experiments.qa.data import prepare_data, question_splits
 from mlpmem.experiments.qa.eval_qa import evaluate_questions, tune_lambda
 from mlpmem.experiments.qa.no_regression import no_regression, no_regression_items
 from mlpmem.experiments.qa.per_item import PER_ITEM, qa_per_item
+from mlpmem.experiments.qa.question_gate import question_gate
 from mlpmem.experiments.qa.synthetic import SyntheticConfig, chance_accuracy, generate
 from mlpmem.inference.mixing import check_lambda
 from mlpmem.pipeline import run_pipeline
@@ -90,6 +91,8 @@ def method_settings(cfg: QASuiteConfig, bench: str, method: str) -> dict:
         settings["lambda_grid"] = cfg.lambda_grid
     if method == "memory-gate":
         settings["gate_offset_grid"] = cfg.gate_offset_grid
+        if cfg.gate_training != "text":  # files from before the option existed are the text gate's
+            settings["gate_training"] = cfg.gate_training
     if method.startswith("rag"):
         settings["rag"] = asdict(cfg.rag)
     if method in FINETUNED:
@@ -152,6 +155,17 @@ def _gate_tuned(ctx: Context, built: Built) -> dict:
     return {"gate_offset": offset, "gate_offset_curve": curve, **_evaluate_splits(ctx, make(offset), built.prompts)}
 
 
+def _train_on_questions(ctx: Context, built: Built) -> dict:
+    """Replace the memory-gate model's gate by one trained on the validation questions, starting from the λ the
+    fixed-λ memory chose on them (the run's λ when that method has not been scored)."""
+    memory_file = method_file(ctx.dir, "memory")
+    lam = read_json(memory_file, "memory results")["lambda"] if memory_file.exists() else built.info["lambda_fixed"]
+    gate, summary = question_gate(ctx.dir / "gate-questions", built.model, ctx.tokenizer, ctx.questions["validation"],
+                                  built.prompts, ctx.run.cfg.gate, lam)
+    built.model.set_gate(gate)
+    return {"gate_training": "questions", "question_gate": summary}
+
+
 def run_method(ctx: Context, name: str) -> tuple[Built, dict]:
     """One method built from the benchmark's memory run and scored: ``(built, result)``."""
     gate = ensure_gate(ctx) if name == "memory-gate" else {}
@@ -160,6 +174,8 @@ def run_method(ctx: Context, name: str) -> tuple[Built, dict]:
         save_finetuned(built, ctx.dir / "weights" / name, ctx.tokenizer)
     if gate:
         built.info["gate_text_ppl"] = gate
+        if ctx.cfg.gate_training == "questions":
+            built.info.update(_train_on_questions(ctx, built))
     if METHODS[name].mixes:
         scores = _tuned(ctx, built)
     elif gate:
