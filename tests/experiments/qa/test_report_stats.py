@@ -163,6 +163,12 @@ def test_report_and_results_json_carry_the_intervals(tmp_path):
     assert nr["n_items"] == N and set(nr["methods"]["memory"]) == {"acc", "pmi", "delta_vs_base"}
     assert nr["methods"]["memory"]["delta_vs_base"]["pmi"]["ci95"] == [0.0, 0.0]
     assert claim(saved["claims"], "C3")["reproduced"] is False  # disfl_qa: memory ties the backbone
+    # head to head: the memory against kNN-LM (no gate was scored, so no gate contrasts)
+    contrasts = {(c["method"], c["reference"], c["benchmark"], c["metric"]): c for c in saved["intervals"]["contrasts"]}
+    assert set(contrasts) == {("memory", "knnlm", b, m) for b in ("synthetic", "disfl_qa") for m in ("em", "f1")}
+    assert contrasts[("memory", "knnlm", "synthetic", "f1")]["estimate"] == 87.5
+    assert contrasts[("memory", "knnlm", "synthetic", "f1")]["verdict"] == ABOVE
+    assert "| MLP Memory | kNN-LM | synthetic | F1 | 40 | 12.5 ± " in report
 
 
 def test_method_files_without_per_item_scores_still_make_a_report(tmp_path):

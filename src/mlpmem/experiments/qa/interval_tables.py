@@ -42,6 +42,18 @@ def comparison_table(by_method: dict[str, list[Comparison]], labels: dict[str, s
     return markdown_table(header, rows)
 
 
+def contrast_table(contrasts: list[tuple[str, str, Comparison]], labels: dict[str, str]) -> str:
+    """One row per pair, benchmark and metric: the method against another (not the backbone), paired."""
+    rows = []
+    for m, r, c in contrasts:
+        rows.append([labels.get(m, m), labels.get(r, r), c.task, METRIC_LABELS[c.metric],
+                     DASH if c.delta is None else c.delta.n, score_cell(c.base_point, c.base),
+                     score_cell(c.method_point, c.method), delta_cell(c), c.verdict.replace("base", labels.get(r, r))])
+    header = ["method", "reference", "benchmark", "metric", "n paired", "reference score", "method score",
+              "Δ [95 % CI]", "verdict"]
+    return markdown_table(header, rows)
+
+
 def delta_figure(by_method: dict[str, list[Comparison]], labels: dict[str, str], path: Path,
                  metrics: tuple[str, ...] | None = None) -> Path | None:
     """The Δ-vs-backbone plot of the comparisons (of ``metrics``) that have intervals; ``None`` if none has."""

@@ -33,6 +33,9 @@ JSON_NAMES = {"em": "em", "f1": "f1", "acc_ll": "acc", "acc_pmi": "pmi"}
 METRIC_LABELS = {"em": "EM", "f1": "F1", "acc_ll": "acc (LL)", "acc_pmi": "acc (PMI)"}
 COMPARE_METRICS = {"em": "em", "f1": "f1", "acc_ll": "acc", "acc_pmi": "acc_mutual_info"}
 """The same metrics under :mod:`mlpmem.evaluation.compare`'s names (its labels and plot panels)."""
+CONTRASTS = (("memory-gate", "memory"), ("memory", "knnlm"), ("memory-gate", "knnlm"))
+"""``(method, reference)`` pairs the report compares head to head besides each against the backbone: the gate
+against the fixed λ, and each way of mixing the memory against kNN-LM on the same datastore."""
 
 
 def bootstrap_config(results: dict) -> BootstrapConfig:
@@ -136,6 +139,19 @@ def qa_comparisons(results: dict, cfg: BootstrapConfig, order: list[str],
     return out
 
 
+def contrast_comparisons(results: dict, cfg: BootstrapConfig) -> list[tuple[str, str, Comparison]]:
+    """``(method, reference, Comparison)`` of every pair of :data:`CONTRASTS` both scored, per benchmark and QA
+    metric, on the test questions both answered."""
+    out = []
+    for method, reference in CONTRASTS:
+        for bench, b in results["benchmarks"].items():
+            mine, theirs = b["methods"].get(method), b["methods"].get(reference)
+            if mine is not None and theirs is not None and "test" in mine and "test" in theirs:
+                out += [(method, reference, compare_scored(bench, m, theirs["test"], mine["test"], cfg))
+                        for m in QA_METRICS]
+    return out
+
+
 def no_regression_methods(results: dict) -> dict[str, dict]:
     """``{method: {task: scores}}`` of the no-regression battery (on the models of ``memory_from``)."""
     name = results["config"]["no_regression"]["memory_from"]
@@ -193,7 +209,9 @@ def intervals_json(results: dict, cfg: BootstrapConfig, order: list[str]) -> dic
     for method, bench, split, base, mine in _qa_pairs(results, order):
         qa[bench]["methods"][method][split]["delta_vs_base"] = {
             JSON_NAMES[m]: _delta_dict(compare_scored(bench, m, base, mine, cfg)) for m in QA_METRICS}
-    return {"bootstrap": dataclasses.asdict(cfg), "qa": qa,
+    contrasts = [{"method": m, "reference": r, "benchmark": c.task, "metric": JSON_NAMES[c.metric], **_delta_dict(c)}
+                 for m, r, c in contrast_comparisons(results, cfg)]
+    return {"bootstrap": dataclasses.asdict(cfg), "qa": qa, "contrasts": contrasts,
             "no_regression": _no_regression_json(results, cfg, order)}
 
 

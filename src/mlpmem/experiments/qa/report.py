@@ -22,10 +22,17 @@ from mlpmem.evaluation.stats import BootstrapConfig
 from mlpmem.experiments.ablation import study_table
 from mlpmem.experiments.qa.battery_report import battery_rows, battery_section
 from mlpmem.experiments.qa.claims import claims
-from mlpmem.experiments.qa.interval_tables import comparison_table, delta_figure, figure_line, score_cell
+from mlpmem.experiments.qa.interval_tables import (
+    comparison_table,
+    contrast_table,
+    delta_figure,
+    figure_line,
+    score_cell,
+)
 from mlpmem.experiments.qa.intervals import (
     METRIC_LABELS,
     bootstrap_config,
+    contrast_comparisons,
     intervals_json,
     mean_f1,
     no_regression_comparisons,
@@ -114,6 +121,16 @@ def qa_differences(results: dict, cfg: BootstrapConfig, docs: Path) -> str:
                       "interval excludes 0.", "", figure_line(figure, "Δ F1 vs backbone")])
 
 
+def contrasts_section(results: dict, cfg: BootstrapConfig) -> str:
+    """The gate against the fixed λ and the memory against kNN-LM, paired over the same test questions."""
+    found = contrast_comparisons(results, cfg)
+    if not found:
+        return "(fewer than two of MLP Memory, its gate and kNN-LM were scored)"
+    return "\n".join([contrast_table(found, LABELS), "", "Δ = method − reference in points on the test questions "
+                      "both answered, resampled together; \"above\" / \"below\" only when the 95 % interval "
+                      "excludes 0."])
+
+
 def perplexity_table(results: dict) -> str:
     header = ["benchmark", "corpus tokens (train)", "test PPL backbone", "kNN-LM (k, T, λ)",
               "MLP Memory + backbone (λ)", "memory alone", "80 % mass tokens LM / kNN / memory"]
@@ -196,6 +213,16 @@ def current_names(results: dict) -> dict:
     return {**results, "benchmarks": benches}
 
 
+def _gate_words(run: dict) -> str:
+    """How memory-gate's gate was trained and its offset chosen (empty when the suite scored no gate)."""
+    if "memory-gate" not in run.get("methods", []):
+        return ""
+    source = ("the validation questions (prompt, gold answer and its end)" if run.get("gate_training") == "questions"
+              else "the memory run's validation text")
+    return (f"; the gate of MLP Memory + gate trained on {source}, its logit offset chosen on the validation "
+            f"questions from {run.get('gate_offset_grid', [0.0])}")
+
+
 def _intro(results: dict, command: str, cfg: BootstrapConfig) -> str:
     run = results["config"]
     qs = "; ".join(f"{n}: " + ", ".join(f"{k} {v}" for k, v in b["questions"].items())
@@ -204,7 +231,8 @@ def _intro(results: dict, command: str, cfg: BootstrapConfig) -> str:
             f"`{run['out_dir']}/results.json`, written by that command). Backbone `{run['backbone']}`; greedy "
             f"decoding, prompt `Question: ...\\nAnswer:` after {run.get('shots', 0)} format demonstrations "
             f"(general-knowledge questions, the same for every method; `mlpmem.inference.prompts`); λ of kNN-LM and "
-            f"MLP Memory chosen on the validation questions from {run['lambda_grid']}. Questions: {qs}. Standard "
+            f"MLP Memory chosen on the validation questions from {run['lambda_grid']}{_gate_words(run)}. Questions: "
+            f"{qs}. Standard "
             f"errors and 95 % intervals: percentile bootstrap over the items, {cfg.resamples} resamples, seed "
             f"{cfg.seed} (`mlpmem.evaluation.stats`).")
 
@@ -222,6 +250,7 @@ def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
         "# Knowledge QA, general capability, baselines and ablations", "", _intro(results, command, cfg), "",
         "## QA table (test questions)", "", qa_table(results, cfg), "",
         "## Paired differences from the backbone", "", qa_differences(results, cfg, docs), "",
+        "## The memory against its alternatives (paired)", "", contrasts_section(results, cfg), "",
         "## Perplexity of each benchmark's memory run (held-out text of the corpus)", "", perplexity_table(results), "",
         "## General capability (no regression)", "", no_regression_table(results, cfg, docs), "",
         "## General capability through lm-eval (the battery)", "", battery_section(battery, LABELS, docs), "",
