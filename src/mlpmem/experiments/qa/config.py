@@ -74,6 +74,10 @@ class QASuiteConfig(Config):
     """What memory-gate's gate learns from: ``text``, the memory run's gate (``mlpmem gate``, the run's validation
     text); ``questions``, a gate of the same kind trained on the benchmark's validation questions and answers
     (:mod:`mlpmem.experiments.qa.question_gate`)."""
+    gate_negatives: int = 0
+    """With ``gate_training: questions``: this many ``qa_wikidata`` cloze facts (general knowledge in no benchmark's
+    corpus, where the backbone should speak) join the gate's training questions: the last items of the seeded order,
+    disjoint from the no-regression sample (its first ``no_regression.qa_wikidata``)."""
     shots: int = 0
     """Format demonstrations before every QA prompt, the same for every method (:mod:`mlpmem.inference.prompts`)."""
     rag: RAGConfig = field(default_factory=RAGConfig)
@@ -100,6 +104,8 @@ class QASuiteConfig(Config):
         if not self.gate_offset_grid or not all(isinstance(b, (int, float)) and not isinstance(b, bool)
                                                 and math.isfinite(b) for b in self.gate_offset_grid):
             raise ConfigError(f"qa gate_offset_grid must be a non-empty list of numbers, got {self.gate_offset_grid}")
+        if not isinstance(self.gate_negatives, int) or self.gate_negatives < 0:
+            raise ConfigError(f"qa gate_negatives must be an integer >= 0, got {self.gate_negatives!r}")
         demonstrations(self.shots)  # validates the range
         if isinstance(self.ablations, dict):
             self.ablations = AblationSuiteConfig(**self.ablations)

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from mlpmem.baselines.finetuned import save_finetuned
 from mlpmem.baselines.methods import METHODS, OLD_NAMES, Built, MethodOptions, build_method
+from mlpmem.errors import ConfigError
+from mlpmem.experiments.qa.bigbench import qa_wikidata
 from mlpmem.experiments.qa.config import QASuiteConfig
 from mlpmem.experiments.qa.data import prepare_data, question_splits
 from mlpmem.experiments.qa.eval_qa import evaluate_questions, tune_lambda
@@ -93,6 +95,8 @@ def method_settings(cfg: QASuiteConfig, bench: str, method: str) -> dict:
         settings["gate_offset_grid"] = cfg.gate_offset_grid
         if cfg.gate_training != "text":  # files from before the option existed are the text gate's
             settings["gate_training"] = cfg.gate_training
+        if cfg.gate_negatives:
+            settings["gate_negatives"] = cfg.gate_negatives
     if method.startswith("rag"):
         settings["rag"] = asdict(cfg.rag)
     if method in FINETUNED:
@@ -155,13 +159,27 @@ def _gate_tuned(ctx: Context, built: Built) -> dict:
     return {"gate_offset": offset, "gate_offset_curve": curve, **_evaluate_splits(ctx, make(offset), built.prompts)}
 
 
+def gate_negatives(cfg: QASuiteConfig) -> list[dict]:
+    """The ``gate_negatives`` cloze facts of the question gate: the last of qa_wikidata's seeded order, never one of
+    the no-regression sample."""
+    if not cfg.gate_negatives:
+        return []
+    facts = qa_wikidata(None, cfg.seed)  # in file order: the count
+    facts = qa_wikidata(len(facts), cfg.seed)  # the seeded order, whose first items the no-regression sample takes
+    if cfg.gate_negatives + cfg.no_regression.qa_wikidata > len(facts):
+        raise ConfigError(f"qa gate_negatives {cfg.gate_negatives} + no_regression.qa_wikidata "
+                          f"{cfg.no_regression.qa_wikidata} exceed the {len(facts)} qa_wikidata facts")
+    return facts[len(facts) - cfg.gate_negatives:]
+
+
 def _train_on_questions(ctx: Context, built: Built) -> dict:
     """Replace the memory-gate model's gate by one trained on the validation questions, starting from the λ the
     fixed-λ memory chose on them (the run's λ when that method has not been scored)."""
     memory_file = method_file(ctx.dir, "memory")
     lam = read_json(memory_file, "memory results")["lambda"] if memory_file.exists() else built.info["lambda_fixed"]
-    gate, summary = question_gate(ctx.dir / "gate-questions", built.model, ctx.tokenizer, ctx.questions["validation"],
-                                  built.prompts, ctx.run.cfg.gate, lam)
+    questions = ctx.questions["validation"] + gate_negatives(ctx.cfg)
+    gate, summary = question_gate(ctx.dir / "gate-questions", built.model, ctx.tokenizer, questions, built.prompts,
+                                  ctx.run.cfg.gate, lam)
     built.model.set_gate(gate)
     return {"gate_training": "questions", "question_gate": summary}
 
