@@ -9,8 +9,9 @@ newline that ends it. Its rows are the positions that predict those answer token
 learns where the memory should speak (the answer) and where the backbone should (closing it). Only validation
 questions are read, plus, with the suite's ``gate_negatives``, cloze facts of general knowledge that no benchmark's
 corpus holds (where the backbone should speak; never the no-regression sample); the held-out part of them (whole
-questions) stops the training early, and the test questions are scored afterwards. The gate starts as the constant λ the fixed-λ memory chose on the same
-questions, and is saved under the benchmark (``<bench>/gate-questions/``), bound to the memory by its checksum.
+questions) stops the training early, and the test questions are scored afterwards. The gate starts as the
+constant λ the fixed-λ memory chose on the same questions, and is saved under the benchmark
+(``<bench>/gate-questions/``), bound to the memory by its checksum.
 """
 
 from __future__ import annotations
