@@ -14,7 +14,6 @@ document comes for free, and the validation and test keystores whole.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ import numpy as np
 
 from mlpmem.corpora.documents import Windows, document_lengths, make_windows
 from mlpmem.errors import CorruptArtifact
+from mlpmem.utils.io import link_or_copy
 from mlpmem.utils.shards import MANIFEST, read_json, temporary
 
 EXEMPT = ("corpus_sha",)
@@ -68,10 +68,7 @@ def link_shard(donor: KeyDonor, out_dir: Path, record: dict) -> dict:
     for entry in record["files"].values():
         source, target = Path(donor.path) / entry["name"], Path(out_dir) / entry["name"]
         tmp = temporary(target)
-        try:
-            os.link(source, tmp)
-        except OSError:  # another file system, or links not allowed
-            shutil.copyfile(source, tmp)
+        link_or_copy(source, tmp)
         os.replace(tmp, target)
     return {"index": record["index"], "windows": record["windows"], "rows": record["rows"],
             "files": record["files"], "reused_from": str(donor.path)}

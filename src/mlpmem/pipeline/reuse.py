@@ -20,6 +20,7 @@ from mlpmem.errors import ConfigError
 from mlpmem.layout import RunLayout
 from mlpmem.pipeline import records
 from mlpmem.pipeline.run import Run
+from mlpmem.utils.io import link_or_copy
 from mlpmem.utils.shards import read_json, write_json
 
 STAGES = ("datastore", "knnlm", "teacher")
@@ -36,10 +37,7 @@ def link_tree(source: Path, target: Path) -> None:
         out = target / Path(folder).relative_to(source)
         out.mkdir(parents=True, exist_ok=True)
         for name in files:
-            try:
-                os.link(Path(folder) / name, out / name)
-            except OSError:  # another file system, or links not allowed
-                shutil.copy2(Path(folder) / name, out / name)
+            link_or_copy(Path(folder) / name, out / name)
 
 
 def reuse_stages(run: Run, source_dir: str | Path) -> list[str]:

@@ -30,6 +30,15 @@ def replace_dir(tmp: Path, target: Path, old: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def link_or_copy(source: Path, target: Path) -> None:
+    """``target`` as a hard link to ``source`` (the same bytes, no copy), or a copy where links are impossible
+    (another file system). Safe to share: mlpmem replaces files through temporaries, never writes them in place."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
 def remove_written(folder: Path, is_written: Callable[[str], bool]) -> list[str]:
     """Delete the entries of ``folder`` whose names ``is_written`` says mlpmem wrote (folders whole), then
     ``folder`` itself if nothing else is left; return the names kept (the user's own files)."""

@@ -14,6 +14,7 @@ again.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -164,8 +165,7 @@ def gate_negatives(cfg: QASuiteConfig) -> list[dict]:
     the no-regression sample."""
     if not cfg.gate_negatives:
         return []
-    facts = qa_wikidata(None, cfg.seed)  # in file order: the count
-    facts = qa_wikidata(len(facts), cfg.seed)  # the seeded order, whose first items the no-regression sample takes
+    facts = qa_wikidata(sys.maxsize, cfg.seed)  # all, in the seeded order whose first items the no-regression takes
     if cfg.gate_negatives + cfg.no_regression.qa_wikidata > len(facts):
         raise ConfigError(f"qa gate_negatives {cfg.gate_negatives} + no_regression.qa_wikidata "
                           f"{cfg.no_regression.qa_wikidata} exceed the {len(facts)} qa_wikidata facts")
