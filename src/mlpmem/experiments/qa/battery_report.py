@@ -31,8 +31,7 @@ def battery_section(rows: dict[str, list[Row]], labels: dict[str, str], docs: Pa
     if not rows:
         return "(not run: the suite config has no `battery` section, or `--no-battery` skipped it)"
     named = {labels.get(m, m): r for m, r in rows.items()}
-    figure = plot_deltas({m: [r for r in rs if r.task != AVERAGE] for m, rs in named.items()}, docs / FIGURE,
-                         "backbone")
+    figure = plot_deltas({m: task_rows(rs) for m, rs in named.items()}, docs / FIGURE, "backbone")
     return "\n".join([
         "lm-evaluation-harness (`mlpmem` model type) on the local BIG-bench tasks of `mlpmem tasks prepare`, the "
         "models of the no-regression benchmark at its QA-tuned λ; acc: log-likelihood choice, PMI: lm-eval's "

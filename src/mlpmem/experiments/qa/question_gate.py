@@ -56,10 +56,11 @@ def question_rows(model: MemoryAugmentedLM, tokenizer, questions: list[dict], pr
     for prompt, question in zip(prompt_fn(questions), questions):
         prompt_ids, target = answer_ids(tokenizer, prompt, question["answers"][0])
         ids = torch.tensor([prompt_ids + target])  # (1, T)
-        with KeyHook(backbone, model.key_layer, model.key_site) as hook:
-            logits = backbone(input_ids=ids, use_cache=False).logits[0]  # (T, V)
+        n = len(target)
+        with KeyHook(backbone, model.key_layer, model.key_site) as hook:  # the head only on the last n + 1 positions
+            logits = backbone(input_ids=ids, use_cache=False, logits_to_keep=n + 1).logits[0]  # (n + 1, V)
         rows = torch.arange(len(prompt_ids) - 1, ids.shape[1] - 1)  # the positions predicting ``target``
-        lm = logits[rows].float()  # (n, V)
+        lm = logits[:n].float()  # (n, V)
         mem = memory(hook.keys[0, rows].to(device=param.device, dtype=param.dtype)).float().to(lm.device)  # (n, V)
         y = torch.tensor(target)[:, None]  # (n, 1)
         features.append(gate_features(lm, mem))
