@@ -43,6 +43,31 @@ def test_from_run_is_the_generate_commands_model(run_dir):
         augmented_from_run(run_dir, gate=True)
 
 
+def test_gate_dir_loads_another_gate_of_the_runs_memory_only(run_dir, tmp_path):
+    from mlpmem.errors import FingerprintMismatch
+    from mlpmem.inference.gate import Gate, GateConfig
+    from mlpmem.inference.gate_io import save_gate
+    from mlpmem.memory import MemoryConfig, MLPMemory
+
+    model = augmented_from_run(run_dir)
+    memory = model.mixer.memory
+    gate = Gate(GateConfig(hidden_size=4)).set_constant(0.3)
+    save_gate(gate, tmp_path / "mine", memory)
+    gated = augmented_from_run(run_dir, gate=True, gate_offset=1.0, gate_dir=tmp_path / "mine")
+    backbone, tokenizer = load_backbone(model.config.backbone)
+    plain = MemoryAugmentedLM.from_pretrained(run_dir / "memory", backbone, tokenizer, gate_dir=tmp_path / "mine")
+    plain.gate.set_offset(1.0)
+    ids = torch.tensor([tokenizer.encode(DOCS[0]["text"])])
+    with torch.no_grad():
+        assert torch.equal(gated(input_ids=ids).logits, plain(input_ids=ids).logits)
+    other = MLPMemory(MemoryConfig(**{**memory.config.to_dict(), "intermediate_size": 8}))
+    save_gate(gate, tmp_path / "other", other)
+    with pytest.raises(FingerprintMismatch, match="another memory"):
+        augmented_from_run(run_dir, gate=True, gate_dir=tmp_path / "other")
+    with pytest.raises(ConfigError, match="holds no gate"):
+        augmented_from_run(run_dir, gate=True, gate_dir=tmp_path)
+
+
 @pytest.mark.parametrize("lam", ["auto", 0.0, 1.0])
 def test_loglikelihood_is_the_sum_of_the_mixed_log_probs(run_dir, tasks, lam):
     lm = MlpmemLM(run=str(run_dir), lam=lam, batch_size=2)
@@ -123,6 +148,7 @@ def test_the_command_and_lm_evals_hf_type_on_a_saved_folder_agree(run_dir, tasks
     (dict(run="r", method="backbone", lam=0.2), "not backbone"),
     (dict(run="r", method="knnlm", gate=True), "gate= applies to method=memory, not knnlm"),
     (dict(run="r", gate_offset=2.0), "gate_offset= needs gate=true"),
+    (dict(run="r", gate_dir="g"), "gate_dir= needs gate=true"),
     (dict(run="r", method="knnlm", gate_offset=1.0), "gate_offset= applies to method=memory, not knnlm"),
     (dict(run="r", method="cpt"), "method=cpt needs weights="),
     (dict(run="r", method="rag-dense", weights="w"), "weights= applies to method=cpt or lora, not rag-dense"),

@@ -20,9 +20,10 @@ and generate_until (batched, stop strings, KV cache) are lm-eval's code. The met
   - ``method=mosaics``: a trained Memory Mosaics folder (``pretrained=<folder>``) with its own tokenizer.
 
 model_args: ``run=<run folder>`` (or ``pretrained=<folder>``), ``method=``, ``lam=auto|<float>`` ("auto": the
-run's validation choice), ``gate=true`` (the run's learned gate; ``gate_offset=`` shifts its logit), ``docs=``,
-``top_k=``, ``passage_words=``, ``max_prompt_tokens=`` (RAG), ``weights=`` (CPT, LoRA), plus any ``HFLM`` argument
-(``batch_size``, ``max_length``, ``device``...). lm-eval only knows the type once this module is imported:
+run's validation choice), ``gate=true`` (the run's learned gate; ``gate_offset=`` shifts its logit, ``gate_dir=``
+takes another gate saved with the run's memory), ``docs=``, ``top_k=``, ``passage_words=``, ``max_prompt_tokens=``
+(RAG), ``weights=`` (CPT, LoRA), plus any ``HFLM`` argument (``batch_size``, ``max_length``, ``device``...). lm-eval
+only knows the type once this module is imported:
 ``mlpmem lm-eval`` and ``python -m mlpmem.evaluation`` import it first.
 """
 
@@ -54,11 +55,12 @@ class MlpmemLM(HFLM):
     """lm-eval's ``HFLM`` on a method of a finished mlpmem run (see the module docstring)."""
 
     def __init__(self, run: str | None = None, pretrained: str | None = None, method: str = "memory",
-                 lam: float | str = AUTO, gate: bool = False, gate_offset: float = 0.0, docs: str | None = None,
+                 lam: float | str = AUTO, gate: bool = False, gate_offset: float = 0.0, gate_dir: str | None = None,
+                 docs: str | None = None,
                  weights: str | None = None, top_k: int | None = None, passage_words: int | None = None,
                  max_prompt_tokens: int | None = None, device: str | None = None, **kwargs):
         args = MethodArgs(run=run, pretrained=pretrained, method=method, lam=lam, gate=gate, gate_offset=gate_offset,
-                          docs=docs, weights=weights, top_k=top_k, passage_words=passage_words,
+                          gate_dir=gate_dir, docs=docs, weights=weights, top_k=top_k, passage_words=passage_words,
                           max_prompt_tokens=max_prompt_tokens)
         loaded = build_model(args)
         if device:

@@ -40,7 +40,7 @@ from mlpmem.pipeline.hf_export import AUTO, augmented_from_run, open_run, run_la
 RAG_METHODS = ("rag-dense", "rag-bm25")
 RAG_OPTIONS = ("top_k", "passage_words", "max_prompt_tokens")
 OPTIONS: dict[str, tuple[str, ...]] = {
-    "memory": ("lam", "gate", "gate_offset"),
+    "memory": ("lam", "gate", "gate_offset", "gate_dir"),
     "backbone": (),
     "knnlm": ("lam",),
     **{m: ("docs", *RAG_OPTIONS) for m in RAG_METHODS},
@@ -70,6 +70,9 @@ class MethodArgs:
     gate_offset: float = 0.0
     """With ``gate``: added to the gate's logit (:meth:`~mlpmem.inference.gate.Gate.set_offset`; the QA suite
     chooses one on its validation questions)."""
+    gate_dir: str | None = None
+    """With ``gate``: the folder of another gate saved with the run's memory (e.g. the QA suite's gate trained on
+    questions, ``<benchmark>/gate-questions``) instead of the run's ``gate/``."""
     docs: str | None = None
     """RAG's documents: a JSON / JSON lines file of ``{"text"}``; None: the train split of the run's corpus."""
     weights: str | None = None
@@ -89,12 +92,13 @@ class MethodArgs:
         if not isinstance(self.gate, bool):
             raise ConfigError(f"gate must be true or false, got {self.gate!r}")
         defaults = MethodArgs.__dataclass_fields__
-        for key in ("lam", "gate", "gate_offset", "docs", "weights", *RAG_OPTIONS):
+        for key in ("lam", "gate", "gate_offset", "gate_dir", "docs", "weights", *RAG_OPTIONS):
             if getattr(self, key) != defaults[key].default and key not in OPTIONS[method]:
                 users = [m for m, keys in OPTIONS.items() if key in keys]
                 raise ConfigError(f"{key}= applies to method={' or '.join(users)}, not {method}")
-        if self.gate_offset != 0.0 and not self.gate:
-            raise ConfigError("gate_offset= needs gate=true")
+        for key in ("gate_offset", "gate_dir"):
+            if getattr(self, key) != defaults[key].default and not self.gate:
+                raise ConfigError(f"{key}= needs gate=true")
         if "weights" in OPTIONS[method] and self.weights is None:
             raise ConfigError(f"method={method} needs weights=<folder written by save_finetuned>")
         if self.lam != AUTO:
@@ -186,7 +190,7 @@ def build_model(args: MethodArgs) -> Loaded:
             model.set_lambda(args.lam)
         return Loaded(model, model.tokenizer, lam=model.lam)
     if args.method == "memory":
-        model = augmented_from_run(args.run, args.lam, args.gate, args.gate_offset)
+        model = augmented_from_run(args.run, args.lam, args.gate, args.gate_offset, args.gate_dir)
         return Loaded(model, model.tokenizer, lam=model.lam)
     run = open_run(args.run)
     backbone, tokenizer = run.backbone

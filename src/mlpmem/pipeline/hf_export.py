@@ -45,11 +45,11 @@ def run_lambda(run: Run, lam: float | str = AUTO) -> float:
     return check_lambda(lam, "lam")
 
 
-def augmented_from_run(run_dir: str | Path, lam: float | str = AUTO, gate: bool = False, gate_offset: float = 0.0
-                       ) -> MemoryAugmentedForCausalLM:
+def augmented_from_run(run_dir: str | Path, lam: float | str = AUTO, gate: bool = False, gate_offset: float = 0.0,
+                       gate_dir: str | Path | None = None) -> MemoryAugmentedForCausalLM:
     """The memory-augmented model of a finished run: memory at ``lam`` ("auto": the run's), or with ``gate``
-    the run's learned gate (``mlpmem gate``), which then sets λ_t per position (its logit shifted by
-    ``gate_offset``)."""
+    the run's learned gate (``mlpmem gate``; or the one saved with this memory in ``gate_dir``), which then sets
+    λ_t per position (its logit shifted by ``gate_offset``)."""
     run = open_run(run_dir)
     require(run, ("train",))
     records.check_upstream(run, "train")
@@ -58,9 +58,11 @@ def augmented_from_run(run_dir: str | Path, lam: float | str = AUTO, gate: bool 
     lam = run_lambda(run, lam)
     learned = None
     if gate:
-        if not (run.layout.gate / "gate.json").is_file():
-            raise ConfigError(f"the run {run.dir} has no learned gate: run `mlpmem gate {run.config_file}` first")
-        learned = load_gate(run.layout.gate, memory)
+        folder = run.layout.gate if gate_dir is None else Path(gate_dir)
+        if not (folder / "gate.json").is_file():
+            raise ConfigError(f"no learned gate in {folder}: run `mlpmem gate {run.config_file}` first"
+                              if gate_dir is None else f"gate_dir {gate_dir} holds no gate (gate.json)")
+        learned = load_gate(folder, memory)  # refused unless saved with this memory
         learned.set_offset(gate_offset)
     model, tokenizer = run.backbone
     mixed = MemoryAugmentedLM(model, memory, lam=lam, tokenizer=tokenizer, gate=learned)

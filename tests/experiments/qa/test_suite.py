@@ -136,6 +136,7 @@ def _check_question_gate(tmp: Path) -> None:
                   .read_text().splitlines()][:4]
     assert gated["gate_training"] == "questions" and record["questions"] == validation
     assert gated["settings"]["gate_training"] == "questions"
+    assert gated["question_gate"]["weights_sha256"] == record["weights_sha256"]
     assert record["init_lambda"] == json.loads((methods / "memory.json").read_text())["lambda"]
 
 
@@ -280,3 +281,26 @@ def test_gate_negatives_are_cloze_facts_outside_the_no_regression_sample(tmp_pat
         gate_negatives(QASuiteConfig(**suite, gate_negatives=7))
     with pytest.raises(ConfigError, match="gate_negatives"):
         QASuiteConfig(**suite, gate_negatives=-1)
+
+
+def test_the_battery_scores_the_gate_the_suite_tuned(tmp_path):
+    """memory-gate's lm-eval arguments name the gate its offset was chosen for: the question gate when the suite
+    trained one, else the run's own."""
+    from mlpmem.errors import ConfigError
+    from mlpmem.experiments.qa.battery import model_args
+
+    cfg = QASuiteConfig(out_dir=str(tmp_path), benchmarks={"synthetic": {"pipeline": "configs/qa-synthetic.yaml"}},
+                        no_regression={"memory_from": "synthetic"})
+    methods, gate = tmp_path / "synthetic" / "methods", tmp_path / "synthetic" / "gate-questions"
+    methods.mkdir(parents=True)
+    gate.mkdir()
+    (gate / "gate.json").write_text(json.dumps({"weights_sha256": "abc"}))
+    scored = {"gate_offset": 1.5, "gate_training": "questions", "question_gate": {"weights_sha256": "abc"}}
+    (methods / "memory-gate.json").write_text(json.dumps(scored))
+    assert model_args(cfg, "memory-gate") == (f"run={tmp_path / 'synthetic' / 'memory-run'},gate=true,"
+                                              f"gate_offset=1.5,gate_dir={gate}")
+    (gate / "gate.json").write_text(json.dumps({"weights_sha256": "another"}))  # retrained since, e.g. other questions
+    with pytest.raises(ConfigError, match="not the one memory-gate was scored with"):
+        model_args(cfg, "memory-gate")
+    (methods / "memory-gate.json").write_text(json.dumps({"gate_offset": 3.0}))
+    assert model_args(cfg, "memory-gate").endswith(",gate=true,gate_offset=3.0")

@@ -61,8 +61,9 @@ def model_args(cfg, method: str) -> str:
     tuned = _tuned(bench, method) if method in ("knnlm", "memory", "memory-gate") else {}
     if method == "memory":
         return f"{run},lam={tuned['lambda']}"
-    if method == "memory-gate":
-        return f"{run},gate=true,gate_offset={tuned.get('gate_offset', 0.0)}"
+    if method == "memory-gate":  # the gate the suite scored and chose the offset for
+        where = f",gate_dir={_question_gate(bench, tuned)}" if tuned.get("gate_training") == "questions" else ""
+        return f"{run},gate=true,gate_offset={tuned.get('gate_offset', 0.0)}{where}"
     if method == "knnlm":
         return f"{run},method=knnlm,lam={tuned['lambda']}"
     if method in ("cpt", "lora"):
@@ -72,6 +73,17 @@ def model_args(cfg, method: str) -> str:
         return (f"{run},method={method},docs={bench / 'data' / 'corpus' / 'train.jsonl'},top_k={rag.top_k},"
                 f"passage_words={rag.passage_words},max_prompt_tokens={rag.max_prompt_tokens}")
     return f"{run},method=backbone"
+
+
+def _question_gate(bench: Path, scored: dict) -> Path:
+    """The folder of the question gate memory-gate was scored with; refused when another one replaced it since."""
+    folder = bench / "gate-questions"
+    path = folder / "gate.json"
+    held = read_json(path, "question gate")["weights_sha256"] if path.is_file() else None
+    if held != scored.get("question_gate", {}).get("weights_sha256"):
+        raise ConfigError(f"battery: the gate in {folder} is not the one memory-gate was scored with on {bench.name}: "
+                          f"delete {bench / 'methods' / 'memory-gate.json'} and rerun the suite")
+    return folder
 
 
 def _tuned(bench: Path, method: str) -> dict:

@@ -181,7 +181,8 @@ def _train_on_questions(ctx: Context, built: Built) -> dict:
     gate, summary = question_gate(ctx.dir / "gate-questions", built.model, ctx.tokenizer, questions, built.prompts,
                                   ctx.run.cfg.gate, lam)
     built.model.set_gate(gate)
-    return {"gate_training": "questions", "question_gate": summary}
+    weights = read_json(ctx.dir / "gate-questions" / "gate.json", "question gate")["weights_sha256"]
+    return {"gate_training": "questions", "question_gate": {**summary, "weights_sha256": weights}}
 
 
 def run_method(ctx: Context, name: str) -> tuple[Built, dict]:
