@@ -12,7 +12,6 @@ with ``reused_from``, so that the new run's report still states what its datasto
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -31,15 +30,6 @@ TIMINGS = {"datastore": ("keys_",), "knnlm": ("knn_search_",), "teacher": ("teac
 """Prefixes of the ``timings.json`` entries each stage writes."""
 
 
-def link_tree(source: Path, target: Path) -> None:
-    """``target`` as a copy of the folder ``source`` made of hard links (copies where links are impossible)."""
-    for folder, _, files in os.walk(source):
-        out = target / Path(folder).relative_to(source)
-        out.mkdir(parents=True, exist_ok=True)
-        for name in files:
-            link_or_copy(Path(folder) / name, out / name)
-
-
 def reuse_stages(run: Run, source_dir: str | Path) -> list[str]:
     """Take the finished stages of the run folder ``source_dir`` that ``run`` would build from the same inputs;
     returns the stages taken (none when ``run`` has already built its datastore)."""
@@ -53,8 +43,9 @@ def reuse_stages(run: Run, source_dir: str | Path) -> list[str]:
     taken = []
     for stage in STAGES:
         record = records.read_record_at(source.record(stage), stage)
+        # compared as the pipeline compares its own records (keys added since the record was written are not);
         # the teacher's inputs read the temperature of the kNN-LM results taken just before it
-        if record is None or record["inputs"] != records.inputs(run, stage):
+        if record is None or records.changes(record["inputs"], records.inputs(run, stage)):
             break
         _take(run, source, stage, record)
         taken.append(stage)
@@ -66,7 +57,7 @@ def _take(run: Run, source: RunLayout, stage: str, record: dict) -> None:
         if (source.root / folder).is_dir():
             if (run.dir / folder).exists():
                 shutil.rmtree(run.dir / folder)  # an unfinished build of the stage (it has no record)
-            link_tree(source.root / folder, run.dir / folder)
+            shutil.copytree(source.root / folder, run.dir / folder, copy_function=link_or_copy)
     if source.timings.exists():
         for name, values in read_json(source.timings, "timings").items():
             if name.startswith(TIMINGS[stage]):
