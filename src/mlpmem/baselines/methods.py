@@ -126,6 +126,8 @@ class Method:
     """Reads ``options.docs``."""
     mixes: bool = False
     """Mixes a second distribution into the backbone's with weight λ."""
+    reads_memory: bool = False
+    """Scores with the run's trained memory (they change when it is trained again)."""
 
 
 def build_method(name: str, run_dir: str | Path | None, backbone: tuple, options: MethodOptions | None = None) -> Built:
@@ -244,7 +246,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("knnlm", _knnlm, needs_run=True, mixes=True),
     Method("cpt", _cpt, needs_docs=True),
     Method("lora", _lora, needs_docs=True),
-    Method("memory", _memory, needs_run=True, mixes=True),
-    Method("memory-gate", _memory_gate, needs_run=True),
+    Method("memory", _memory, needs_run=True, mixes=True, reads_memory=True),
+    Method("memory-gate", _memory_gate, needs_run=True, reads_memory=True),
 )}
 """Every compared method by name, in the order the reports list them."""

@@ -120,6 +120,7 @@ def test_qa_report_end_to_end(qa_setup, capsys):
     assert main(["qa", "report", str(tmp / "suite.yaml"), "--quiet", "--report-only"]) == 0
     assert "ablation-alpha.png" not in (tmp / "docs" / "report.md").read_text()
     _check_question_gate(tmp)
+    _check_memory_trained_again(tmp)
 
 
 def _check_question_gate(tmp: Path) -> None:
@@ -138,6 +139,39 @@ def _check_question_gate(tmp: Path) -> None:
     assert gated["settings"]["gate_training"] == "questions"
     assert gated["question_gate"]["weights_sha256"] == record["weights_sha256"]
     assert record["init_lambda"] == json.loads((methods / "memory.json").read_text())["lambda"]
+
+
+def _check_memory_trained_again(tmp: Path) -> None:
+    """A pipeline config that now trains the memory otherwise retrains it on the same datastore and teacher, and
+    rescores the methods that read it (their gates retrained for it), and only those."""
+    from mlpmem.utils.checksums import recorded
+
+    run, methods = tmp / "qa" / "synthetic" / "memory-run", tmp / "qa" / "synthetic" / "methods"
+    before = recorded(run / "memory")["model.safetensors"]
+    kept = {m: (methods / f"{m}.json").stat().st_mtime for m in ("knnlm", "cpt", "backbone")}
+    teacher = (run / "teacher" / "manifest.json").stat().st_mtime
+    memory = yaml.safe_load((tmp / "memory.yaml").read_text())
+    memory["train"]["lr"] = memory["train"]["lr"] / 2
+    (tmp / "memory.yaml").write_text(yaml.safe_dump(memory))
+    assert main(["qa", "report", str(tmp / "suite.yaml"), "--quiet", "--no-ablations"]) == 0
+    after = recorded(run / "memory")["model.safetensors"]
+    assert after != before and (run / "teacher" / "manifest.json").stat().st_mtime == teacher
+    assert {m: (methods / f"{m}.json").stat().st_mtime for m in kept} == kept
+    for method in ("memory", "memory-gate"):
+        assert json.loads((methods / f"{method}.json").read_text())["settings"]["memory"] == after, method
+    checksum = _memory_checksum(run, yaml.safe_load((tmp / "suite.yaml").read_text())["backbone"])
+    for gate in (run / "gate", tmp / "qa" / "synthetic" / "gate-questions"):  # both gates now this memory's
+        assert json.loads((gate / "gate.json").read_text())["memory_sha256"] == checksum, gate
+
+
+def _memory_checksum(run: Path, backbone: str) -> str:
+    from mlpmem.backbone import load_backbone
+    from mlpmem.inference.gate_io import memory_checksum
+    from mlpmem.memory import MLPMemory
+
+    model, tokenizer = load_backbone(backbone)
+    memory = MLPMemory.from_pretrained(run / "memory", backbone_model=model, backbone_tokenizer=tokenizer)
+    return memory_checksum(memory)
 
 
 def _check_battery(tmp: Path, results: dict) -> None:
@@ -258,6 +292,10 @@ def test_a_method_file_scored_under_other_settings_is_scored_again(tmp_path):
     for method in ("memory", "knnlm", "memory-gate"):
         stored = {"settings": method_settings(cfg, "synthetic", method)}
         assert changed_settings(stored, method_settings(tune, "synthetic", method)) == ["benchmark"]
+    # the memory's checksum is a setting of the methods that read the memory, and only of those
+    for method, changed in {"memory": ["memory"], "memory-gate": ["memory"], "knnlm": [], "lora": []}.items():
+        stored = {"settings": method_settings(cfg, "synthetic", method, "aaa")}
+        assert changed_settings(stored, method_settings(cfg, "synthetic", method, "bbb")) == changed, method
 
 
 def test_gate_negatives_are_cloze_facts_outside_the_no_regression_sample(tmp_path, monkeypatch):
@@ -304,3 +342,29 @@ def test_the_battery_scores_the_gate_the_suite_tuned(tmp_path):
         model_args(cfg, "memory-gate")
     (methods / "memory-gate.json").write_text(json.dumps({"gate_offset": 3.0}))
     assert model_args(cfg, "memory-gate").endswith(",gate=true,gate_offset=3.0")
+
+
+def test_a_battery_file_is_scored_again_when_its_memory_or_arguments_change(tmp_path):
+    from mlpmem.experiments.qa.battery import _scored_with
+
+    cfg = QASuiteConfig(out_dir=str(tmp_path), benchmarks={"synthetic": {"pipeline": "configs/qa-synthetic.yaml"}},
+                        no_regression={"memory_from": "synthetic"}, battery={})
+    bench, memory = tmp_path / "synthetic", tmp_path / "synthetic" / "memory-run" / "memory"
+    (bench / "methods").mkdir(parents=True)
+    memory.mkdir(parents=True)
+    (bench / "methods" / "memory.json").write_text(json.dumps({"lambda": 0.5}))
+    (bench / "methods" / "knnlm.json").write_text(json.dumps({"lambda": 0.2}))
+
+    def weights(data: bytes):
+        from mlpmem.utils.checksums import record_folder
+
+        (memory / "model.safetensors").write_bytes(data)
+        record_folder(memory, ["model.safetensors"])
+
+    weights(b"one")
+    first = {m: _scored_with(cfg, m) for m in ("memory", "knnlm")}
+    assert first["memory"]["memory_sha256"] and "memory_sha256" not in first["knnlm"]
+    weights(b"two")  # the memory trained again: its battery file is stale, kNN-LM's is not
+    assert _scored_with(cfg, "memory") != first["memory"] and _scored_with(cfg, "knnlm") == first["knnlm"]
+    (bench / "methods" / "memory.json").write_text(json.dumps({"lambda": 0.35}))  # another λ chosen
+    assert _scored_with(cfg, "memory")["model_args"].endswith("lam=0.35")

@@ -6,9 +6,9 @@ nine BIG-bench tasks and TruthfulQA; :mod:`mlpmem.experiments.tasks.prepare`), e
 models of the benchmark ``no_regression.memory_from``: its memory run (memory, datastore, corpus), the CPT /
 LoRA weights the suite saved, the λ (and gate offset) it chose on that benchmark's validation questions. Each
 method's lm-eval results go to ``<out_dir>/battery/<method>.json``; a method whose file exists is not run
-again, so the stage resumes. The tasks are written once into ``<out_dir>/battery/tasks`` (unless
-``tasks_dir`` names a prepared folder). The report pairs each method with the backbone item by item
-(:mod:`mlpmem.evaluation.compare`).
+again, so the stage resumes, unless the file was scored from other model args, tasks or memory weights. The
+tasks are written once into ``<out_dir>/battery/tasks`` (unless ``tasks_dir`` names a prepared folder). The
+report pairs each method with the backbone item by item (:mod:`mlpmem.evaluation.compare`).
 """
 
 from __future__ import annotations
@@ -16,11 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mlpmem.baselines.methods import METHODS
 from mlpmem.config import Config
 from mlpmem.errors import ConfigError
 from mlpmem.experiments.tasks.choice_tasks import MC_GROUP, TRUTH_GROUP
+from mlpmem.utils.checksums import recorded
 from mlpmem.utils.shards import read_json
 
+SCORED_WITH = "mlpmem_scored_with"
+"""The key of a battery file that records what it was scored from (:func:`_scored_with`)."""
 BATTERY_METHODS = ("backbone", "rag-dense", "rag-bm25", "knnlm", "cpt", "lora", "memory", "memory-gate")
 
 
@@ -75,6 +79,16 @@ def model_args(cfg, method: str) -> str:
     return f"{run},method=backbone"
 
 
+def _scored_with(cfg, method: str) -> dict:
+    """What a battery file of ``method`` was scored from: its lm-eval model args and, for the memory methods, the
+    checksum of the memory weights (a file scored from others is scored again)."""
+    out = {"model_args": model_args(cfg, method), "tasks": cfg.battery.tasks, "limit": cfg.battery.limit}
+    if METHODS[method].reads_memory:
+        memory = Path(cfg.out_dir) / cfg.no_regression.memory_from / "memory-run" / "memory"
+        out["memory_sha256"] = (recorded(memory) or {}).get("model.safetensors")
+    return out
+
+
 def _question_gate(bench: Path, scored: dict) -> Path:
     """The folder of the question gate memory-gate was scored with; refused when another one replaced it since."""
     folder = bench / "gate-questions"
@@ -118,13 +132,13 @@ def run_battery(cfg, progress: bool = True) -> dict:
                           "(their λ and weights come from the suite)")
     folder = tasks_folder(cfg)
     for method in cfg.battery.methods:
-        path = battery_dir(cfg.out_dir) / f"{method}.json"
-        if path.is_file():
+        path, scored_with = battery_dir(cfg.out_dir) / f"{method}.json", _scored_with(cfg, method)
+        if path.is_file() and read_json(path, f"battery {method}").get(SCORED_WITH) == scored_with:
             continue
-        results = evaluate(cfg.battery.tasks, "mlpmem", model_args(cfg, method), include_path=folder,
+        results = evaluate(cfg.battery.tasks, "mlpmem", scored_with["model_args"], include_path=folder,
                            local_only=True, limit=cfg.battery.limit, batch_size=cfg.battery.batch_size,
                            log_samples=True)
-        write_results(results, path)
+        write_results({**results, SCORED_WITH: scored_with}, path)
     return collect_battery(cfg, folder)
 
 

@@ -7,8 +7,10 @@ EM / F1 by id (``per_item``, :mod:`mlpmem.experiments.qa.per_item`, for the repo
 sample of the predictions, its cost, and for the models of ``no_regression.memory_from`` the no-regression
 battery (with its per-item correctness). Mixing methods get λ tuned here, on the
 validation questions. A method whose file exists is not run again, so an interrupted suite resumes where it
-stopped, unless the file records other settings than the suite's (:func:`method_settings`): then it is scored
-again.
+stopped, unless the file records other settings than the suite's (:func:`method_settings`, which include the
+checksum of the memory the memory methods read): then it is scored again. When the benchmark's pipeline config now
+trains the memory otherwise than the run's record says, the memory is trained again on the same datastore and
+teacher (:meth:`Context.memory_results`), and so its methods are scored again.
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ from mlpmem.experiments.qa.no_regression import no_regression, no_regression_ite
 from mlpmem.experiments.qa.per_item import PER_ITEM, qa_per_item
 from mlpmem.experiments.qa.question_gate import question_gate
 from mlpmem.experiments.qa.synthetic import SyntheticConfig, chance_accuracy, generate
+from mlpmem.inference.gate_io import GATE_CONFIG, memory_checksum, read_gate_record
 from mlpmem.inference.mixing import check_lambda
-from mlpmem.pipeline import run_pipeline
+from mlpmem.pipeline import built, records, run_pipeline, run_stage
 from mlpmem.pipeline.config import PipelineConfig
-from mlpmem.pipeline.gate import gate_with_report
+from mlpmem.pipeline.gate import gate_with_report, load_run_memory
 from mlpmem.pipeline.run import Run
 from mlpmem.utils.io import read_jsonl
 from mlpmem.utils.shards import read_json, write_json
@@ -66,11 +69,20 @@ class Context:
                                      lora=cfg.lora, progress=progress)
 
     def memory_results(self) -> dict:
-        """The memory run's results, running the pipeline first if it has not finished."""
-        path = self.run.path("results.json")
-        if not path.exists() or not self.run.path("memory", "config.json").exists():
-            run_pipeline(self.run)
+        """The memory run's results, running the pipeline first if it has not finished. A memory trained under
+        other ``memory`` / ``train`` settings than the pipeline config gives now is trained again (the datastore
+        and teacher kept; one built otherwise is refused, as by ``mlpmem run``)."""
+        run, path = self.run, self.run.path("results.json")
+        if records.read_record(run, "train") is not None and not records.is_current(run, "train"):
+            print(f"[qa] {self.name}: the memory was trained under other settings: training it again", flush=True)
+            run_stage(run, "train", rebuild=True)
+        if not path.exists() or not built(run, "train") or not records.results_match_memory(run):
+            run_pipeline(run)
         return read_json(path, "memory run results")
+
+    def memory_sha256(self) -> str | None:
+        """The recorded checksum of the run's memory weights."""
+        return (records.recorded(self.run.layout.memory) or {}).get("model.safetensors")
 
 
 def method_file(bench_dir: Path, method: str) -> Path:
@@ -83,10 +95,10 @@ def method_file(bench_dir: Path, method: str) -> Path:
     return path
 
 
-def method_settings(cfg: QASuiteConfig, bench: str, method: str) -> dict:
-    """The suite's settings that ``method``'s file on ``bench`` depends on (besides the benchmark's data and memory
-    run, which have their own checks), as JSON would read them back: recorded in the file, and a file recorded
-    under others is scored again."""
+def method_settings(cfg: QASuiteConfig, bench: str, method: str, memory_sha256: str | None = None) -> dict:
+    """The suite's settings that ``method``'s file on ``bench`` depends on (besides the benchmark's data, which
+    has its own checks), as JSON would read them back: recorded in the file, and a file recorded under others is
+    scored again. ``memory_sha256``: the checksum of the run's memory, a setting of the methods that read the memory."""
     tuned = METHODS[method].mixes or method == "memory-gate"  # chosen on the validation questions
     benchmark = {k: v for k, v in asdict(cfg.benchmarks[bench]).items() if tuned or k != "tune_questions"}
     settings = {"benchmark": benchmark, "seed": cfg.seed, "shots": cfg.shots, "generation": asdict(cfg.generation)}
@@ -98,6 +110,8 @@ def method_settings(cfg: QASuiteConfig, bench: str, method: str) -> dict:
             settings["gate_training"] = cfg.gate_training
         if cfg.gate_negatives:
             settings["gate_negatives"] = cfg.gate_negatives
+    if METHODS[method].reads_memory and memory_sha256 is not None:
+        settings["memory"] = memory_sha256
     if method.startswith("rag"):
         settings["rag"] = asdict(cfg.rag)
     if method in FINETUNED:
@@ -142,10 +156,18 @@ def ensure_gate(ctx: Context) -> dict:
     """The memory run's learned gate, trained (on the run's validation text, never its test) if it is not there;
     returns the gate's perplexity comparison on the run's test text."""
     path = ctx.run.layout.gate / "results.json"
-    if not path.exists():
+    if not (path.exists() and _gate_fits_memory(ctx.run)):
         gate_with_report(ctx.run, ctx.name, f"mlpmem qa report ({ctx.name}: memory-gate)", decode_tokens=0)
     entry = read_json(path, "gate results")["corpora"][ctx.name]
     return {k: entry[k] for k in ("ppl_fixed", "ppl_gate", "mean_gate", "lambda_fixed")}
+
+
+def _gate_fits_memory(run: Run) -> bool:
+    """Whether the run's saved gate was trained for the memory now in the run."""
+    folder = run.layout.gate
+    if not (folder / GATE_CONFIG).is_file():
+        return False
+    return read_gate_record(folder)["memory_sha256"] == memory_checksum(load_run_memory(run))
 
 
 def _gate_tuned(ctx: Context, built: Built) -> dict:
@@ -210,7 +232,7 @@ def run_benchmark(cfg: QASuiteConfig, name: str, backbone, progress: bool = True
     nr_items = no_regression_items(cfg.no_regression, cfg.seed) if name == cfg.no_regression.memory_from else None
     out = {"memory_run": memory_results, "questions": {k: len(v) for k, v in ctx.questions.items()}, "methods": {}}
     for method in cfg.methods:
-        path, settings = method_file(ctx.dir, method), method_settings(cfg, name, method)
+        path, settings = method_file(ctx.dir, method), method_settings(cfg, name, method, ctx.memory_sha256())
         if path.exists():
             stored = read_json(path, f"{method} results")
             changed = changed_settings(stored, settings)
