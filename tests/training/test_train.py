@@ -8,7 +8,7 @@ from mlpmem.training.config import TrainConfig
 from mlpmem.training.data import EvalData, TrainData, epoch_order
 from mlpmem.training.loop import train_memory
 from mlpmem.training.optim import lr_at
-from mlpmem.training.selection import is_eval_step
+from mlpmem.training.selection import is_eval_step, kept_evaluation
 
 V, D, N = 24, 8, 300
 
@@ -112,6 +112,7 @@ def test_early_stop_restores_the_best_weights(tmp_path):
     assert state["stopped_early"] and state["restored_best"] and state["step"] < 30
     assert state["best_joint_ppl"] == min(joint) and len(joint) - 1 - joint.index(min(joint)) == 2
     assert state["best_step"] == state["history"][joint.index(min(joint))]["step"]
+    assert kept_evaluation(state) == state["history"][joint.index(min(joint))]  # the weights kept are the best's
     assert [h["tokens_seen"] for h in state["history"]][:2] == [96, 192]  # every 3 of the 10 steps of 32 rows
     best = MLPMemory.from_pretrained(tmp_path / "best").state_dict()
     last = MLPMemory.from_pretrained(tmp_path / "checkpoint" / "memory").state_dict()
@@ -147,6 +148,7 @@ def test_plain_run_keeps_its_last_weights_and_evaluates_at_epoch_ends(tmp_path):
     state = train_memory(memory, data, _worsening_val(val), TrainConfig(**dict(CFG, lr=5e-2)), tmp_path,
                          progress=False)
     assert [h["epoch"] for h in state["history"]] == [1, 2, 3] and not state["restored_best"]
+    assert kept_evaluation(state)["epoch"] == 3 and kept_evaluation({"history": []}) is None
     assert (tmp_path / "best" / "model.safetensors").exists()
     last = MLPMemory.from_pretrained(tmp_path / "checkpoint" / "memory").state_dict()
     for name, value in memory.state_dict().items():

@@ -36,6 +36,7 @@ from mlpmem.pipeline.teacher import stage_teacher, teacher_config
 from mlpmem.pipeline.train import stage_train
 from mlpmem.reporting.plots import pyplot
 from mlpmem.reporting.tables import markdown_table
+from mlpmem.training.selection import kept_evaluation
 from mlpmem.utils.runtime import set_threads
 from mlpmem.utils.shards import write_json
 
@@ -108,8 +109,7 @@ def with_overrides(cfg, overrides: dict):
 
 def _row(name: str, overrides: dict, state: dict) -> dict:
     """A variant's scores: its last evaluation, or the best one when the run ended on the best weights."""
-    kept = state["best_step"] if state.get("restored_best") else state["history"][-1]["step"]
-    last = next(h for h in state["history"] if h["step"] == kept)
+    last = kept_evaluation(state)
     return {"variant": name, **overrides, "memory_ppl": last["memory_ppl"], "joint_ppl": last["joint_ppl"],
             "best_lambda": last["best_lambda"], "backbone_ppl": last["backbone_ppl"],
             "memory_coverage": last.get("memory_coverage", 1.0), "epochs": last["epoch"],

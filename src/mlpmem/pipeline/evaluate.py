@@ -23,6 +23,7 @@ from mlpmem.reporting.run_report import write_run_report
 from mlpmem.teacher import aggregate_by_token, exclude_and_weight
 from mlpmem.training.data import memory_logprobs
 from mlpmem.training.flops import matmul_peak
+from mlpmem.training.selection import kept_evaluation
 from mlpmem.utils.shards import read_json, write_json
 
 LAMBDAS = [round(0.05 * i, 2) for i in range(21)]
@@ -77,6 +78,7 @@ def headline(run, results: dict, train: dict) -> dict:
     state = read_json(state_path, "train state") if state_path.exists() else {}
     rows = KeyStore(run.layout.datastore).num_rows
     epochs = train["tokens"] / rows if train.get("tokens") else None
+    kept = kept_evaluation(state)  # the evaluation of the weights kept (the best one, when restored)
     flops, tps = train.get("flops_per_token"), train.get("tokens_per_s")
     # the precision training ran in; a run recorded before it was named gave it explicitly in its config
     precision = train.get("precision") or resolve_precision(run.cfg.train.precision)
@@ -89,6 +91,7 @@ def headline(run, results: dict, train: dict) -> dict:
         "memory_coverage": test["memory_coverage"],
         "mass80": {"backbone": dist["backbone"]["80%"], "knn": dist["kNN"]["80%"], "memory": dist["memory"]["80%"]},
         "epochs": epochs,
+        "epochs_kept": kept["epoch"] if kept is not None and state.get("restored_best") else epochs,
         "stopped_early": state.get("stopped_early"),
         "train_tokens_per_s": tps,
         "train_flops_per_token": flops,

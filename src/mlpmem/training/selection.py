@@ -24,6 +24,16 @@ BEST = "best"
 """The folder (under the training folder) holding the weights of the best evaluation."""
 
 
+def kept_evaluation(state: dict) -> dict | None:
+    """The evaluation of the weights a training ended with (an entry of ``state["history"]``): the best one when
+    it restored them, else the last; None for a training without evaluations."""
+    history = state.get("history") or []
+    if not history:
+        return None
+    step = state["best_step"] if state.get("restored_best") else history[-1]["step"]
+    return next(h for h in history if h["step"] == step)
+
+
 def fresh_selection() -> dict:
     """The selection counters of a run that has not been evaluated yet."""
     return {"best_step": None, "best_joint_ppl": None, "evals_since_best": 0, "stopped": False}

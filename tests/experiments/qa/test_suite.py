@@ -91,6 +91,7 @@ def test_qa_report_end_to_end(qa_setup, capsys):
                   "Δ vs backbone [95 % CI]", "![Δ F1 vs backbone](qa-delta-f1.png)"):
         assert label in report, label
     assert (tmp / "docs" / "ablation-alpha.png").exists() and (tmp / "docs" / "qa-delta-f1.png").exists()
+    assert "| epochs kept of trained |" in report and (tmp / "docs" / "learning-curve-synthetic.png").stat().st_size > 0
     intervals = json.loads((tmp / "docs" / "results.json").read_text())["intervals"]
     memory = intervals["qa"]["synthetic"]["methods"]["memory"]["test"]
     assert intervals["qa"]["synthetic"]["n_test"] == 6 and memory["f1"]["stderr"] is not None
@@ -151,7 +152,7 @@ def _check_memory_trained_again(tmp: Path) -> None:
     kept = {m: (methods / f"{m}.json").stat().st_mtime for m in ("knnlm", "cpt", "backbone")}
     teacher = (run / "teacher" / "manifest.json").stat().st_mtime
     memory = yaml.safe_load((tmp / "memory.yaml").read_text())
-    memory["train"]["lr"] = memory["train"]["lr"] / 2
+    memory["train"].update(lr=memory["train"]["lr"] / 2, epochs=2, eval_every=0.5, patience=1)
     (tmp / "memory.yaml").write_text(yaml.safe_dump(memory))
     assert main(["qa", "report", str(tmp / "suite.yaml"), "--quiet", "--no-ablations"]) == 0
     after = recorded(run / "memory")["model.safetensors"]
@@ -159,6 +160,9 @@ def _check_memory_trained_again(tmp: Path) -> None:
     assert {m: (methods / f"{m}.json").stat().st_mtime for m in kept} == kept
     for method in ("memory", "memory-gate"):
         assert json.loads((methods / f"{method}.json").read_text())["settings"]["memory"] == after, method
+    state, results = (json.loads((run / name).read_text()) for name in ("train/train_state.json", "results.json"))
+    best = next(h["epoch"] for h in state["history"] if h["step"] == state["best_step"])
+    assert results["epochs_kept"] == (best if state["restored_best"] else results["epochs"]) and results["epochs"] == 2
     checksum = _memory_checksum(run, yaml.safe_load((tmp / "suite.yaml").read_text())["backbone"])
     for gate in (run / "gate", tmp / "qa" / "synthetic" / "gate-questions"):  # both gates now this memory's
         assert json.loads((gate / "gate.json").read_text())["memory_sha256"] == checksum, gate

@@ -131,18 +131,30 @@ def contrasts_section(results: dict, cfg: BootstrapConfig) -> str:
                       "excludes 0."])
 
 
-def perplexity_table(results: dict) -> str:
+def perplexity_table(results: dict, docs: Path) -> str:
+    """Each benchmark's memory run on its held-out text, how long its memory trained, and its learning curve."""
     header = ["benchmark", "corpus tokens (train)", "test PPL backbone", "kNN-LM (k, T, λ)",
-              "MLP Memory + backbone (λ)", "memory alone", "80 % mass tokens LM / kNN / memory"]
-    rows = []
+              "MLP Memory + backbone (λ)", "memory alone", "80 % mass tokens LM / kNN / memory",
+              "epochs kept of trained"]
+    rows, figures = [], []
     for name, b in results["benchmarks"].items():
         r = b["memory_run"]
         t, c, d = r["test"], r["knnlm_chosen"], r.get("distribution", {})
         mass = " / ".join(fixed(d.get(k, {}).get("80%")) for k in ("backbone", "kNN", "memory"))
+        epochs = DASH if r.get("epochs") is None else (f"{r.get('epochs_kept', r['epochs']):.3g} of "
+                                                         f"{r['epochs']:.3g}" + " (stopped early)" * bool(
+                                                             r.get("stopped_early")))
         rows.append([name, count(r["datastore_tokens"]), f"{t['backbone']:.3f}",
                      f"{t['knnlm']:.3f} ({c['k']}, {c['temperature']}, {c['lambda']})",
-                     f"{t['memory+backbone']:.3f} ({r['lambda']})", f"{t['memory']:.3f}", mass])
-    return markdown_table(header, rows)
+                     f"{t['memory+backbone']:.3f} ({r['lambda']})", f"{t['memory']:.3f}", mass, epochs])
+        curve = Path(results["config"]["out_dir"]) / name / "memory-run" / "learning_curve.png"
+        if curve.is_file():
+            shutil.copyfile(curve, docs / f"learning-curve-{name}.png")
+            figures.append(f"![{name}: the memory's learning curve](learning-curve-{name}.png)")
+    lines = [markdown_table(header, rows), "", "Epochs kept: the epochs the memory had trained when the weights kept "
+             "were evaluated (with early stopping, the best validation evaluation; the run's pipeline config says "
+             "when it evaluates and stops)."]
+    return "\n".join(lines + ([""] + figures if figures else []))
 
 
 def no_regression_table(results: dict, cfg: BootstrapConfig, docs: Path) -> str:
@@ -251,7 +263,8 @@ def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
         "## QA table (test questions)", "", qa_table(results, cfg), "",
         "## Paired differences from the backbone", "", qa_differences(results, cfg, docs), "",
         "## The memory against its alternatives (paired)", "", contrasts_section(results, cfg), "",
-        "## Perplexity of each benchmark's memory run (held-out text of the corpus)", "", perplexity_table(results), "",
+        "## Perplexity of each benchmark's memory run (held-out text of the corpus)", "",
+        perplexity_table(results, docs), "",
         "## General capability (no regression)", "", no_regression_table(results, cfg, docs), "",
         "## General capability through lm-eval (the battery)", "", battery_section(battery, LABELS, docs), "",
         "## The paper's claims at our scale", "", claims_table(found, results), "",

@@ -34,7 +34,8 @@ from mlpmem.experiments.qa.question_gate import question_gate
 from mlpmem.experiments.qa.synthetic import SyntheticConfig, chance_accuracy, generate
 from mlpmem.inference.gate_io import GATE_CONFIG, memory_checksum, read_gate_record
 from mlpmem.inference.mixing import check_lambda
-from mlpmem.pipeline import built, records, run_pipeline, run_stage
+from mlpmem.pipeline import built as stage_built
+from mlpmem.pipeline import records, run_pipeline, run_stage
 from mlpmem.pipeline.config import PipelineConfig
 from mlpmem.pipeline.gate import gate_with_report, load_run_memory
 from mlpmem.pipeline.run import Run
@@ -76,7 +77,7 @@ class Context:
         if records.read_record(run, "train") is not None and not records.is_current(run, "train"):
             print(f"[qa] {self.name}: the memory was trained under other settings: training it again", flush=True)
             run_stage(run, "train", rebuild=True)
-        if not path.exists() or not built(run, "train") or not records.results_match_memory(run):
+        if not path.exists() or not stage_built(run, "train") or not records.results_match_memory(run):
             run_pipeline(run)
         return read_json(path, "memory run results")
 
