@@ -14,6 +14,7 @@ from mlpmem.cli import main
 from mlpmem.errors import ConfigError
 from mlpmem.experiments.update_study import load_study_config
 from mlpmem.maintenance.config import MaintenanceConfig, load_maintenance_config
+from mlpmem.pipeline.config import PipelineConfig
 
 ROWS = {"qa_added_update_vs_retrain", "qa_old_after_update_vs_before", "cost_update_vs_retrain",
         "qa_forgotten_after_forget", "qa_kept_after_forget", "explain_top_document_is_own"}
@@ -21,7 +22,10 @@ ROWS = {"qa_added_update_vs_retrain", "qa_old_after_update_vs_before", "cost_upd
 
 def test_the_presets_load_and_bad_values_are_one_line_errors():
     assert load_maintenance_config(CONFIGS / "maintenance" / "default.yaml") == MaintenanceConfig()
-    assert load_study_config(CONFIGS / "maintenance" / "study.yaml").synthetic["num_entities"] == 120
+    study = load_study_config(CONFIGS / "maintenance" / "study.yaml")
+    assert study.synthetic["num_entities"] == 120
+    train = PipelineConfig.from_yaml(study.pipeline, study.pipeline_set).train  # the recipe its report measured
+    assert (train.epochs, train.eval_every, train.patience) == (3, None, None)
     with pytest.raises(ConfigError, match="update.replay_ratio"):
         load_maintenance_config(overrides=["update.replay_ratio=-1"])
     with pytest.raises(ConfigError, match="forget.target"):
