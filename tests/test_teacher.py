@@ -6,7 +6,7 @@ from helpers.corpus import corpus_text
 from mlpmem.corpora.documents import Document, tokenize_documents
 from mlpmem.datastore import KeyStore, build_keystore
 from mlpmem.errors import ConfigError, FingerprintMismatch
-from mlpmem.index import ExactIndex, FaissIndex, IndexConfig, build_index
+from mlpmem.index import LIST_BATCH, ExactIndex, FaissIndex, IndexConfig, build_index, open_or_build
 from mlpmem.teacher import (
     TeacherConfig,
     TeacherStore,
@@ -14,8 +14,10 @@ from mlpmem.teacher import (
     aggregate_reference,
     build_teacher,
     exclude_and_weight,
+    shard_groups,
 )
 
+V_MAX = 1 << 16  # above any token id of the tiny tokenizer
 KW = dict(layer=-1, site="ffn_input", block_size=24, stride=12, batch_size=2, batches_per_shard=2, progress=False)
 
 
@@ -116,24 +118,30 @@ def test_teacher_errors(store_dir, tmp_path):
         TeacherStore(tmp_path / "t", datastore=KeyStore(store_dir))
 
 
-@pytest.mark.parametrize("kind", ["ivf_flat", "ivf_pq"])
-def test_ivf_agrees_with_exact(kind):
+def _clustered_store(n: int = 4000, d: int = 16, path: str = "mem"):
     rng = np.random.default_rng(0)
-    centers = rng.normal(size=(20, 16)).astype(np.float32) * 4
-    keys = (centers[rng.integers(0, 20, 4000)] + rng.normal(size=(4000, 16))).astype(np.float16)
+    centers = rng.normal(size=(20, d)).astype(np.float32) * 4
+    keys = (centers[rng.integers(0, 20, n)] + rng.normal(size=(n, d))).astype(np.float16)
 
-    class Store:  # the two things an index needs of a keystore
-        num_rows, hidden_size, path = 4000, 16, "mem"
+    class Store:  # the things an index needs of a keystore
+        num_rows, hidden_size = n, d
 
         def array(self, name):
             return keys
 
         def iter_shards(self, name):
-            yield 0, keys[:2500]
-            yield 2500, keys[2500:]
+            yield 0, keys[: n * 5 // 8]
+            yield n * 5 // 8, keys[n * 5 // 8 :]
 
+    Store.path = path
+    return keys, Store()
+
+
+@pytest.mark.parametrize("kind", ["ivf_flat", "ivf_pq"])
+def test_ivf_agrees_with_exact(kind):
+    keys, store = _clustered_store()
     exact = ExactIndex(keys)
-    approx = build_index(Store(), IndexConfig(kind=kind, nlist=16, nprobe=16, pq_bytes=8, rerank=True))
+    approx = build_index(store, IndexConfig(kind=kind, nlist=16, nprobe=16, pq_bytes=8, rerank=True))
     assert isinstance(approx, FaissIndex)
     q = keys[:100].astype(np.float32) + 0.1
     de, ie = exact.search(q, 10)
@@ -141,6 +149,50 @@ def test_ivf_agrees_with_exact(kind):
     recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(ia, ie)])
     assert recall > (0.99 if kind == "ivf_flat" else 0.8)
     np.testing.assert_allclose(de[:, 0], da[:, 0], rtol=1e-3, atol=1e-3)
+
+
+def test_a_large_ivf_flat_batch_searched_list_by_list_equals_the_query_by_query_search(tmp_path):
+    """The same probed lists give the same neighbours (distances to float rounding), in the saved and
+    memory-mapped index too; fewer than k candidates are -1 / inf in both paths."""
+    (tmp_path / "ds").mkdir()
+    keys, store = _clustered_store(path=str(tmp_path / "ds"))
+    (tmp_path / "ds" / "manifest.json").write_text("{}")
+    cfg = IndexConfig(kind="ivf_flat", nlist=16, nprobe=4)
+    for index in (build_index(store, cfg), open_or_build(store, cfg, tmp_path / "index")):
+        q = keys[:1000].astype(np.float32) + 0.05
+        small, large = 8, LIST_BATCH * 16 // 4
+        assert not index.list_by_list(small) and index.list_by_list(large)
+        d_one, i_one = index.index.search(q[:large], 50)  # FAISS, query by query
+        d, i = index.search(q[:large], 50)
+        assert (np.mean([len(set(a) & set(b)) / 50 for a, b in zip(i, i_one)])) > 0.999
+        np.testing.assert_allclose(d, d_one, rtol=1e-4, atol=1e-3)
+        d_few, i_few = index.search(q[:large], 3000)  # more than 4 of 16 lists hold
+        assert (i_few < 0).any() and np.isinf(d_few[i_few < 0]).all() and np.isfinite(d_few[i_few >= 0]).all()
+        d_few_one, i_few_one = index.search(q[:small], 3000)
+        assert np.array_equal(i_few_one < 0, i_few[:small] < 0) and np.isinf(d_few_one[i_few_one < 0]).all()
+
+
+def test_shard_groups_hold_a_search_batch_of_consecutive_shards():
+    sizes = [5, 5, 5, 12, 3]
+    assert shard_groups([0, 1, 2, 3, 4], sizes, 10) == [[0, 1], [2, 3], [4]]
+    assert shard_groups([1, 3, 4], sizes, 4) == [[1], [3], [4]]
+    assert shard_groups([], sizes, 4) == []
+
+
+def test_teacher_search_batches_spanning_shards_give_the_same_targets(store_dir, tmp_path):
+    base = dict(k=8, temperature=1.0, top_k=4)
+    build_teacher(store_dir, tmp_path / "one", TeacherConfig(**base, query_batch=3), progress=False)
+    rows = KeyStore(store_dir).num_rows
+    build_teacher(store_dir, tmp_path / "all", TeacherConfig(**base, query_batch=rows), progress=False)
+    one, every = TeacherStore(tmp_path / "one"), TeacherStore(tmp_path / "all")
+    assert len(one.shards) == len(every.shards) == len(KeyStore(store_dir).shards) > 1
+    for a, b in zip(one.shards, every.shards):  # the same distribution per row (equal-mass tokens in any order)
+        assert a["ids"].shape == b["ids"].shape
+        for ids_a, p_a, ids_b, p_b in zip(a["ids"], a["probs"], b["ids"], b["probs"]):
+            dense_a, dense_b = np.zeros(V_MAX), np.zeros(V_MAX)
+            np.add.at(dense_a, ids_a[ids_a >= 0], p_a[ids_a >= 0])
+            np.add.at(dense_b, ids_b[ids_b >= 0], p_b[ids_b >= 0])
+            np.testing.assert_allclose(dense_a, dense_b, atol=2e-3)
 
 
 def test_exact_search_matches_bruteforce_across_chunks():

@@ -46,6 +46,8 @@ from mlpmem.utils.shards import (
 )
 
 FORMAT = "mlpmem.teacher/1"
+SPARSE_ROWS = 4096
+"""Rows turned into sparse targets at once (bounds the aggregation's memory whatever the search batch)."""
 
 
 @dataclass
@@ -57,6 +59,8 @@ class TeacherConfig(Config):
     top_k: int = 32
     """Tokens kept per position in the sparse target (K)."""
     query_batch: int = 512
+    """Queries searched at once (a batch may span datastore shards); an IVF-flat search of a large batch runs list
+    by list on a CPU (:mod:`mlpmem.index`), which pays from a few thousand queries."""
     index: IndexConfig = field(default_factory=IndexConfig)
 
     def validate(self) -> None:
@@ -170,19 +174,53 @@ def build_teacher(datastore_dir: str | Path, out_dir: str | Path, cfg: TeacherCo
     values = store.rows("values")
     bar = tqdm(total=sum(store.shards[s]["keys"].shape[0] for s in mine), unit="tok", disable=not progress,
                desc="teacher" if dist.world == 1 else f"teacher [rank {dist.rank}]", dynamic_ncols=True)
-    for s in mine:
-        keys, offset = store.shards[s]["keys"], int(store.offsets[s])
-        parts = []
-        for b in range(0, len(keys), cfg.query_batch):
-            q = np.asarray(keys[b : b + cfg.query_batch], dtype=np.float32)
-            d, i = index.search(q, cfg.k + 1)
-            parts.append(knn_sparse(d, i, values, np.arange(offset + b, offset + b + len(q)), cfg.k,
-                                    cfg.temperature, cfg.top_k))
-            bar.update(len(q))
-        release(keys)
-        manifest = _write_shard(out_dir, manifest, s, parts, num_shards, dist)
+    for group in shard_groups(mine, [store.shards[s]["keys"].shape[0] for s in range(num_shards)], cfg.query_batch):
+        sparse, start = _search_group(store, group, index, values, cfg, bar), 0
+        for s in group:  # each datastore shard's rows to its own teacher shard
+            n = store.shards[s]["keys"].shape[0]
+            manifest = _write_shard(out_dir, manifest, s, [tuple(x[start : start + n] for x in sparse)], num_shards,
+                                    dist)
+            start += n
     bar.close()
     return finish_build(out_dir, num_shards, dist, "teacher")
+
+
+def shard_groups(shards: list[int], sizes: list[int], batch: int) -> list[list[int]]:
+    """``shards`` in order, cut into runs of consecutive ones that hold at least ``batch`` rows (the last may hold
+    fewer): a search batch can span shards, and each run's shards are written before the next is searched."""
+    groups, rows = [[]], 0
+    for s in shards:
+        groups[-1].append(s)
+        rows += sizes[s]
+        if rows >= batch:
+            groups.append([])
+            rows = 0
+    return [g for g in groups if g]
+
+
+def _search_group(store: KeyStore, group: list[int], index, values, cfg: TeacherConfig, bar) -> list[np.ndarray]:
+    """The sparse targets ``(ids, probs, residual)`` of every row of ``group``'s shards, in row order."""
+    keys, ids = _group_keys(store, group)
+    parts = []
+    for b in range(0, len(keys), cfg.query_batch):
+        d, i = index.search(keys[b : b + cfg.query_batch], cfg.k + 1)
+        batch_ids = ids[b : b + len(d)]
+        for c in range(0, len(d), SPARSE_ROWS):
+            rows = slice(c, c + SPARSE_ROWS)
+            parts.append(knn_sparse(d[rows], i[rows], values, batch_ids[rows], cfg.k, cfg.temperature, cfg.top_k))
+        bar.update(len(d))
+    return [np.concatenate(x) for x in zip(*parts)]
+
+
+def _group_keys(store: KeyStore, group: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The keys (fp32) of ``group``'s shards and their datastore row ids."""
+    keys, ids = [], []
+    for s in group:
+        shard = store.shards[s]["keys"]
+        keys.append(np.asarray(shard, dtype=np.float32))
+        ids.append(np.arange(int(store.offsets[s]), int(store.offsets[s]) + shard.shape[0]))
+        release(shard)
+    return np.concatenate(keys), np.concatenate(ids)
 
 
 def _write_shard(out_dir: Path, manifest: dict, index: int, parts, num_shards: int = 0,

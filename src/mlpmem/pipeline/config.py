@@ -23,7 +23,7 @@ from mlpmem.training.gate import GateTrainConfig
 
 def default_teacher() -> TeacherConfig:
     """The default preset's teacher: an IVF-Flat index (the library's :class:`TeacherConfig` picks one itself)."""
-    return TeacherConfig(query_batch=1024, index=IndexConfig(kind="ivf_flat", nprobe=64))
+    return TeacherConfig(query_batch=65536, index=IndexConfig(kind="ivf_flat", nprobe=64))
 
 
 @dataclass

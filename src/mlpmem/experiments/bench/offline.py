@@ -19,7 +19,10 @@ Measured side by side (``repeats`` interleaved repetitions after a warm-up, medi
    then the sparse targets) with the exact fp32 scan and with the bf16 scan re-ranked in fp32
    (:class:`~mlpmem.index.ExactIndex`), interleaved; seconds per query × N gives each teacher's time at full
    size, divided by the key extraction time at full size (N / the slice's key-extraction tokens/s). The
-   agreement of the two teachers: neighbour recall and the total-variation distance of the target rows.
+   agreement of the two teachers: neighbour recall and the total-variation distance of the target rows. With an
+   IVF-flat run, its index at its nprobe and a quarter of it, and at its nprobe searched query by query (FAISS's
+   own search) beside the list-by-list batches the teacher uses for large batches (:mod:`mlpmem.index`); the
+   queries are searched in batches of the run's ``teacher.query_batch``.
 
 The recorded stage timings of the full run (``<run_dir>/timings.json``, read-only) are shown next to them.
 """
@@ -209,10 +212,12 @@ def full_teacher_search(source_dir: str, teacher_cfg, cfg: OfflineBenchConfig, k
     k, batch = teacher_cfg.k, teacher_cfg.query_batch
     out = {}
 
-    def teacher(index, name, nprobe=None):
+    def teacher(index, name, nprobe=None, list_batches=True):
         def go():
             if nprobe is not None:
                 index.index.nprobe = nprobe
+            if isinstance(index, FaissIndex):
+                index.list_batches = list_batches
             parts = []
             for b in range(0, len(rows), batch):
                 d, i = index.search(queries[b : b + batch], k + 1)
@@ -249,6 +254,9 @@ def _search_variants(store, index_cfg, source_dir: Path, teacher) -> dict:
     for probes in dict.fromkeys([nprobe, max(1, nprobe // 4)]):
         name = f"run's {kind}, nprobe {probes}"
         fns[name] = teacher(index, name, probes)
+    if kind == "ivf_flat":  # the same search without the list-by-list batches, the FAISS default
+        name = f"run's {kind}, nprobe {nprobe}, query by query"
+        fns[name] = teacher(index, name, nprobe, list_batches=False)
     return fns
 
 
