@@ -13,7 +13,7 @@ from helpers.tiny import PAD, VOCAB, TinyTokenizer, left_padded, tiny_backbone
 from mlpmem.errors import ConfigError, CorruptArtifact, FingerprintMismatch
 from mlpmem.inference.augmented_lm import MemoryAugmentedLM, mix_logits
 from mlpmem.inference.gate import LOG_FLOOR, NUM_FEATURES, Gate, GateConfig, gate_features, gated_target_logprob
-from mlpmem.inference.gate_io import GATE_WEIGHTS, load_gate, memory_checksum, save_gate
+from mlpmem.inference.gate_io import GATE_WEIGHTS, load_gate, memory_checksum, save_gate, saved_for
 from mlpmem.inference.mixing import mix_log_probs
 from mlpmem.memory import MemoryConfig, MLPMemory, tie_to_backbone
 from mlpmem.training.gate import GateData, GateTrainConfig, holdout_split, nll, train_gate
@@ -244,7 +244,9 @@ def test_a_gate_refuses_another_memory_and_damaged_weights(tmp_path, capsys):
     backbone = tiny_backbone("llama")
     memory, other = make_memory(backbone, seed=3), make_memory(backbone, seed=4)
     assert memory_checksum(memory) != memory_checksum(other)
+    assert not saved_for(tmp_path / "gate", memory)  # nothing saved yet
     save_gate(random_gate(memory.config.input_size), tmp_path / "gate", memory)
+    assert saved_for(tmp_path / "gate", memory) and not saved_for(tmp_path / "gate", other)
     with pytest.raises(FingerprintMismatch, match="another memory") as exc:
         load_gate(tmp_path / "gate", other)
     assert "\n" not in str(exc.value)

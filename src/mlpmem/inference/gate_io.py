@@ -74,6 +74,12 @@ def read_gate_record(directory: str | os.PathLike) -> dict:
     return record
 
 
+def saved_for(directory: str | os.PathLike, memory: MLPMemory) -> bool:
+    """Whether ``directory`` holds a gate saved with ``memory`` (what :func:`load_gate` would accept of it)."""
+    path = Path(directory) / GATE_CONFIG
+    return path.is_file() and read_gate_record(directory)["memory_sha256"] == memory_checksum(memory)
+
+
 def load_gate(directory: str | os.PathLike, memory: MLPMemory) -> Gate:
     """The gate saved in ``directory``; refused unless it was saved with ``memory`` (same checksum)."""
     directory = Path(directory)

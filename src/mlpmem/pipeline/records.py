@@ -63,14 +63,18 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def memory_sha256(folder: str | Path) -> str | None:
+    """The recorded checksum of the memory weights saved in ``folder`` (None before any is recorded)."""
+    return (recorded(folder) or {}).get("model.safetensors")
+
+
 def own_inputs(run: Run, stage: str) -> dict[str, Any]:
     """The configuration values ``stage`` itself depends on (not its upstream's)."""
     config = run.cfg.to_dict()
     if stage == "teacher":
         config["teacher"] = dataclasses.asdict(teacher_config(run))  # the temperature it uses
     if stage == "eval":
-        files = recorded(run.layout.memory) or {}
-        return {"memory.sha256": files.get("model.safetensors")}
+        return {"memory.sha256": memory_sha256(run.layout.memory)}
     flat = {}
     for section in OWN[stage]:
         flat.update(flatten(config[section], section))

@@ -20,7 +20,7 @@ from mlpmem.baselines.methods import METHODS
 from mlpmem.config import Config
 from mlpmem.errors import ConfigError
 from mlpmem.experiments.tasks.choice_tasks import MC_GROUP, TRUTH_GROUP
-from mlpmem.utils.checksums import recorded
+from mlpmem.pipeline.records import memory_sha256
 from mlpmem.utils.shards import read_json
 
 SCORED_WITH = "mlpmem_scored_with"
@@ -84,8 +84,8 @@ def _scored_with(cfg, method: str) -> dict:
     checksum of the memory weights (a file scored from others is scored again)."""
     out = {"model_args": model_args(cfg, method), "tasks": cfg.battery.tasks, "limit": cfg.battery.limit}
     if METHODS[method].reads_memory:
-        memory = Path(cfg.out_dir) / cfg.no_regression.memory_from / "memory-run" / "memory"
-        out["memory_sha256"] = (recorded(memory) or {}).get("model.safetensors")
+        run = Path(cfg.out_dir) / cfg.no_regression.memory_from / "memory-run"
+        out["memory_sha256"] = memory_sha256(run / "memory")
     return out
 
 

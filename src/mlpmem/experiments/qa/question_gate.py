@@ -27,7 +27,7 @@ from mlpmem.backbone import KeyHook
 from mlpmem.errors import MlpmemError
 from mlpmem.inference.augmented_lm import MemoryAugmentedLM
 from mlpmem.inference.gate import Gate, gate_features
-from mlpmem.inference.gate_io import load_gate, memory_checksum, save_gate
+from mlpmem.inference.gate_io import load_gate, save_gate, saved_for
 from mlpmem.training.gate import GateData, GateTrainConfig, train_gate
 from mlpmem.utils.shards import read_json
 
@@ -79,10 +79,9 @@ def question_gate(folder: Path, model: MemoryAugmentedLM, tokenizer, questions: 
     config = dataclasses.replace(config, key_dim=0, block=ROWS_PER_BLOCK)  # keys: the questions' form, not facts
     wanted = {"questions": ids, "init_lambda": init_lambda, "gate_train": config.to_dict()}
     wanted = json.loads(json.dumps(wanted))  # as gate.json reads back
-    if (folder / "gate.json").exists():
+    if saved_for(folder, model.memory):
         record = read_json(folder / "gate.json", "question gate")
-        if record.get("memory_sha256") == memory_checksum(model.memory) and all(
-                record.get(k) == v for k, v in wanted.items()):
+        if all(record.get(k) == v for k, v in wanted.items()):
             return load_gate(folder, model.memory), record["summary"]
     data = question_rows(model, tokenizer, questions, prompt_fn)
     gate, summary = train_gate(data, config, init_lambda)

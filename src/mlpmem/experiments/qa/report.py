@@ -131,6 +131,14 @@ def contrasts_section(results: dict, cfg: BootstrapConfig) -> str:
                       "excludes 0."])
 
 
+def _epochs_cell(run: dict) -> str:
+    """``kept of trained`` epochs of a memory run's results (``—`` where not recorded)."""
+    if run.get("epochs") is None:
+        return DASH
+    early = " (stopped early)" if run.get("stopped_early") else ""
+    return f"{run.get('epochs_kept', run['epochs']):.3g} of {run['epochs']:.3g}{early}"
+
+
 def perplexity_table(results: dict, docs: Path) -> str:
     """Each benchmark's memory run on its held-out text, how long its memory trained, and its learning curve."""
     header = ["benchmark", "corpus tokens (train)", "test PPL backbone", "kNN-LM (k, T, λ)",
@@ -141,12 +149,9 @@ def perplexity_table(results: dict, docs: Path) -> str:
         r = b["memory_run"]
         t, c, d = r["test"], r["knnlm_chosen"], r.get("distribution", {})
         mass = " / ".join(fixed(d.get(k, {}).get("80%")) for k in ("backbone", "kNN", "memory"))
-        epochs = DASH if r.get("epochs") is None else (f"{r.get('epochs_kept', r['epochs']):.3g} of "
-                                                         f"{r['epochs']:.3g}" + " (stopped early)" * bool(
-                                                             r.get("stopped_early")))
         rows.append([name, count(r["datastore_tokens"]), f"{t['backbone']:.3f}",
                      f"{t['knnlm']:.3f} ({c['k']}, {c['temperature']}, {c['lambda']})",
-                     f"{t['memory+backbone']:.3f} ({r['lambda']})", f"{t['memory']:.3f}", mass, epochs])
+                     f"{t['memory+backbone']:.3f} ({r['lambda']})", f"{t['memory']:.3f}", mass, _epochs_cell(r)])
         curve = Path(results["config"]["out_dir"]) / name / "memory-run" / "learning_curve.png"
         if curve.is_file():
             shutil.copyfile(curve, docs / f"learning-curve-{name}.png")

@@ -32,7 +32,7 @@ from mlpmem.experiments.qa.no_regression import no_regression, no_regression_ite
 from mlpmem.experiments.qa.per_item import PER_ITEM, qa_per_item
 from mlpmem.experiments.qa.question_gate import question_gate
 from mlpmem.experiments.qa.synthetic import SyntheticConfig, chance_accuracy, generate
-from mlpmem.inference.gate_io import GATE_CONFIG, memory_checksum, read_gate_record
+from mlpmem.inference.gate_io import saved_for
 from mlpmem.inference.mixing import check_lambda
 from mlpmem.pipeline import built as stage_built
 from mlpmem.pipeline import records, run_pipeline, run_stage
@@ -80,10 +80,6 @@ class Context:
         if not path.exists() or not stage_built(run, "train") or not records.results_match_memory(run):
             run_pipeline(run)
         return read_json(path, "memory run results")
-
-    def memory_sha256(self) -> str | None:
-        """The recorded checksum of the run's memory weights."""
-        return (records.recorded(self.run.layout.memory) or {}).get("model.safetensors")
 
 
 def method_file(bench_dir: Path, method: str) -> Path:
@@ -157,18 +153,10 @@ def ensure_gate(ctx: Context) -> dict:
     """The memory run's learned gate, trained (on the run's validation text, never its test) if it is not there;
     returns the gate's perplexity comparison on the run's test text."""
     path = ctx.run.layout.gate / "results.json"
-    if not (path.exists() and _gate_fits_memory(ctx.run)):
+    if not (path.exists() and saved_for(ctx.run.layout.gate, load_run_memory(ctx.run))):
         gate_with_report(ctx.run, ctx.name, f"mlpmem qa report ({ctx.name}: memory-gate)", decode_tokens=0)
     entry = read_json(path, "gate results")["corpora"][ctx.name]
     return {k: entry[k] for k in ("ppl_fixed", "ppl_gate", "mean_gate", "lambda_fixed")}
-
-
-def _gate_fits_memory(run: Run) -> bool:
-    """Whether the run's saved gate was trained for the memory now in the run."""
-    folder = run.layout.gate
-    if not (folder / GATE_CONFIG).is_file():
-        return False
-    return read_gate_record(folder)["memory_sha256"] == memory_checksum(load_run_memory(run))
 
 
 def _gate_tuned(ctx: Context, built: Built) -> dict:
@@ -233,7 +221,8 @@ def run_benchmark(cfg: QASuiteConfig, name: str, backbone, progress: bool = True
     nr_items = no_regression_items(cfg.no_regression, cfg.seed) if name == cfg.no_regression.memory_from else None
     out = {"memory_run": memory_results, "questions": {k: len(v) for k, v in ctx.questions.items()}, "methods": {}}
     for method in cfg.methods:
-        path, settings = method_file(ctx.dir, method), method_settings(cfg, name, method, ctx.memory_sha256())
+        settings = method_settings(cfg, name, method, records.memory_sha256(ctx.run.layout.memory))
+        path = method_file(ctx.dir, method)
         if path.exists():
             stored = read_json(path, f"{method} results")
             changed = changed_settings(stored, settings)
