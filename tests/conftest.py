@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny BPE tokenizer, tiny random Llama / GPT-2 backbones built by ``helpers.tiny``."""
+"""Shared fixtures: a tiny BPE tokenizer, tiny random Llama / GPT-2 backbones built by ``helpers.tiny``, and a
+finished tiny run."""
 
 from __future__ import annotations
 
@@ -7,13 +8,20 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TQDM_DISABLE", "1")
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:  # `make test`'s worker processes share the cores equally
+    _share = len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ.setdefault("MLPMEM_THREADS", str(max(1, _share)))
 
 import random
 
 import pytest
 import torch
 
+from helpers.runs import finished_tiny_run, tree_state
 from helpers.tiny import bpe_tokenizer, tiny_backbone
+from mlpmem.utils.runtime import set_threads
+
+set_threads()
 
 
 @pytest.fixture(scope="session")
@@ -38,6 +46,16 @@ def tiny_backbone_dir(tmp_path_factory, tiny_llama, tiny_tokenizer):
     tiny_llama.save_pretrained(path)
     tiny_tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory, tiny_backbone_dir):
+    """A finished tiny run (``helpers.runs.finished_tiny_run``), built once a session and shared by the tests that
+    read one; a test that changes a run works on a copy (``helpers.runs.copy_run``). Checked unchanged at the end."""
+    run = finished_tiny_run(tmp_path_factory.mktemp("tiny-run"), tiny_backbone_dir)
+    before = tree_state(run)
+    yield run
+    assert tree_state(run) == before, "a test changed the shared tiny run: it should change a copy (copy_run)"
 
 
 @pytest.fixture(autouse=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -22,3 +23,20 @@ def finished_tiny_run(root: Path, backbone_dir: str | Path, documents: int = 10)
         assert main(["run", TINY, "--quiet", "--set", f"backbone.name={backbone_dir}", "--set",
                      f"corpus.path={corpus}", "--set", f"run_dir={root / 'run'}"]) == 0
     return root / "run"
+
+
+def corpus_of(run: Path) -> Path:
+    """The corpus folder ``finished_tiny_run`` wrote beside ``run``."""
+    return run.parent / "corpus"
+
+
+def copy_run(run: Path, folder: Path) -> Path:
+    """A copy of ``run`` in ``folder`` (a test that changes a run works on its copy)."""
+    shutil.copytree(run, folder)
+    return folder
+
+
+def tree_state(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``folder`` (but a lock) with its size and modification time: what a reader leaves as it was."""
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != ".lock"}

@@ -1,7 +1,7 @@
 """A run folder never lies and never loses anything: stale stages are refused, every artifact a stage reads is
 verified, one command at a time writes a folder, and mlpmem deletes only what it wrote.
 
-One tiny run is built once (``finished``); every test works on its own copy.
+The session's tiny run (``finished``) is read only; every test works on its own copy.
 """
 
 from __future__ import annotations
@@ -19,10 +19,9 @@ import torch
 import yaml
 from safetensors.torch import load_file, save_file
 
-import mlpmem.utils.shards
-from helpers.corpus import write_corpus
 from helpers.fast import quiet_and_fast  # noqa: F401 (autouse: no fsync, one thread)
 from helpers.paths import ROOT, SRC
+from helpers.runs import copy_run, corpus_of
 from mlpmem.cli import main
 from mlpmem.errors import CorruptArtifact, RunBusy
 from mlpmem.pipeline.records import MEMORY_FILES, record_memory
@@ -35,16 +34,11 @@ TINY = "configs/tiny.yaml"
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory, tiny_backbone_dir):
-    """A finished tiny run (every stage), and the options that name its backbone and corpus."""
-    root = tmp_path_factory.mktemp("finished")
-    corpus = write_corpus(root / "corpus", 10)
+def finished(tiny_run, tiny_backbone_dir):
+    """The session's finished tiny run (read only), and the options that name its backbone and corpus."""
+    corpus = corpus_of(tiny_run)
     common = ["--quiet", "--set", f"backbone.name={tiny_backbone_dir}", "--set", f"corpus.path={corpus}"]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(mlpmem.utils.shards, "FSYNC", False)
-        mp.setenv("MLPMEM_THREADS", "1")
-        assert main(["run", TINY, *common, "--set", f"run_dir={root / 'run'}"]) == 0
-    return root / "run", common, str(tiny_backbone_dir), str(corpus)
+    return tiny_run, common, str(tiny_backbone_dir), str(corpus)
 
 
 @pytest.fixture()
@@ -52,7 +46,7 @@ def run(finished, tmp_path):
     """A copy of the finished run, and a function running a command on it: ``cli("eval", "--set", ...)``."""
     source, common = finished[:2]
     folder = tmp_path / "run"
-    shutil.copytree(source, folder)
+    copy_run(source, folder)
 
     def cli(command, *extra, config=TINY):
         return main([command, str(config), *common, "--set", f"run_dir={folder}", *extra])

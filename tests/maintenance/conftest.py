@@ -1,25 +1,15 @@
-"""A finished tiny run built once per module, copied for each test."""
+"""The session's finished tiny run, copied for each test."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
-from helpers.runs import finished_tiny_run
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory, tiny_backbone_dir):
-    """A finished tiny run (every stage) and the folder of its backbone."""
-    return finished_tiny_run(tmp_path_factory.mktemp("finished"), tiny_backbone_dir)
+from helpers.runs import copy_run
 
 
 @pytest.fixture()
-def run_dir(finished, tmp_path) -> Path:
+def run_dir(tiny_run, tmp_path) -> Path:
     """A copy of the finished run."""
-    folder = tmp_path / "run"
-    shutil.copytree(finished, folder)
-    return folder
-
+    return copy_run(tiny_run, tmp_path / "run")

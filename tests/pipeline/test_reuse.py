@@ -11,15 +11,16 @@ import yaml
 
 import mlpmem.utils.shards
 from helpers.paths import CONFIGS
-from helpers.runs import TINY, finished_tiny_run
+from helpers.runs import TINY, copy_run
 from mlpmem.cli import main
 from mlpmem.errors import ConfigError
 from mlpmem.layout import RunLayout
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory, tiny_backbone_dir):
-    return finished_tiny_run(tmp_path_factory.mktemp("reuse"), tiny_backbone_dir)
+def source(tmp_path_factory, tiny_run):
+    """A copy of the session's tiny run (its timings are given a stage below)."""
+    return copy_run(tiny_run, tmp_path_factory.mktemp("reuse") / "run")
 
 
 def _run(source, folder, *sets, reuse=None):
