@@ -13,6 +13,7 @@ from mlpmem.datastore_reuse import KeyDonor, encoded_rows
 from mlpmem.errors import ConfigError
 from mlpmem.pipeline.corpus import split_tokens
 from mlpmem.pipeline.run import Run
+from mlpmem.utils.distributed import shards_before
 from mlpmem.utils.runtime import set_threads
 
 
@@ -42,6 +43,7 @@ def stage_datastore(run: Run, rebuild: bool = False) -> dict:
         tokens = split_tokens(run, split)
         donor = None if run.key_donor is None else KeyDonor(run.key_donor.layout.keystore(split),
                                                             split_tokens(run.key_donor, split))
+        before = encoded_rows({"shards": shards_before(run.layout.keystore(split), rebuild)})
         t0 = time.perf_counter()
         manifest = build_keystore(
             model, tokenizer, tokens, run.layout.keystore(split), layer=cfg.backbone.layer, site=cfg.backbone.site,
@@ -49,9 +51,10 @@ def stage_datastore(run: Run, rebuild: bool = False) -> dict:
             batches_per_shard=cfg.datastore.batches_per_shard, with_lm=with_lm, precision=cfg.backbone.precision,
             pack=cfg.datastore.pack, rebuild=rebuild, progress=run.progress, desc=f"keys {split}", donor=donor)
         seconds = time.perf_counter() - t0
-        encoded = encoded_rows(manifest)
-        summary[split] = {"tokens": manifest["rows"], "seconds": seconds, "reused": manifest["rows"] - encoded}
+        own = encoded_rows(manifest)  # the rest were linked from the donor
+        encoded = own - before  # by this call: a resumed build times only the rest
+        summary[split] = {"tokens": manifest["rows"], "seconds": seconds, "reused": manifest["rows"] - own}
         if seconds > 1 and encoded:  # a reused, complete keystore (or linked shards) is not a measurement
             run.record_timing(f"keys_{split}", tokens=encoded, seconds=seconds, tokens_per_s=encoded / seconds,
-                              with_lm=with_lm)
+                              with_lm=with_lm, **({"resumed_after": before} if before else {}))
     return summary

@@ -7,6 +7,7 @@ import time
 
 from mlpmem.pipeline.run import Run
 from mlpmem.teacher import build_teacher
+from mlpmem.utils.distributed import shards_before
 from mlpmem.utils.shards import read_json
 
 
@@ -20,11 +21,13 @@ def teacher_config(run: Run):
 
 
 def stage_teacher(run: Run, rebuild: bool = False) -> dict:
+    before = sum(s["rows"] for s in shards_before(run.layout.teacher, rebuild))
     t0 = time.perf_counter()
     manifest = build_teacher(run.layout.datastore, run.layout.teacher, teacher_config(run), rebuild=rebuild,
                              progress=run.progress)
     seconds = time.perf_counter() - t0
-    if seconds > 1:
-        run.record_timing("teacher", tokens=manifest["rows"], seconds=seconds, tokens_per_s=manifest["rows"] / seconds,
-                          bytes_per_token=manifest["bytes_per_token"])
+    rows = manifest["rows"] - before  # by this call: a resumed build times only the rest
+    if seconds > 1 and rows:
+        run.record_timing("teacher", tokens=rows, seconds=seconds, tokens_per_s=rows / seconds,
+                          bytes_per_token=manifest["bytes_per_token"], **({"resumed_after": before} if before else {}))
     return manifest

@@ -106,6 +106,18 @@ def done_indices(out_dir: Path, manifest: dict, what: str) -> set[int]:
     return {int(s["index"]) for s in manifest["shards"]} | set(read_records(out_dir, what))
 
 
+def shards_before(out_dir: Path, rebuild: bool = False) -> list[dict]:
+    """The shards a sharded build in ``out_dir`` had finished before this call (merged or recorded; none when it is
+    rebuilt, absent or unreadable): a resumed stage times only what it does itself."""
+    path = Path(out_dir) / MANIFEST
+    if rebuild or not Path(out_dir).is_dir():
+        return []
+    shards = {}
+    with contextlib.suppress(CorruptArtifact, KeyError, TypeError, AttributeError):
+        shards = {int(s["index"]): s for s in read_json(path, "manifest")["shards"]} if path.is_file() else {}
+    return list({**shards, **read_records(out_dir, "shards", verify=False)}.values())
+
+
 def merge_records(out_dir: Path, manifest: dict, num_shards: int, what: str) -> dict:
     """Fold every record into ``manifest`` (shards sorted by index, rows summed), mark it complete when
     all ``num_shards`` are there, write it atomically, then delete the merged records."""
