@@ -152,3 +152,13 @@ class RunLayout:
         """What ``mlpmem update`` / ``forget`` changed (:mod:`mlpmem.maintenance`): its manifest, the added
         documents' texts and the operation in progress."""
         return self.root / "maintenance"
+
+
+def stage_seconds(timing: dict) -> float | None:
+    """A stage's time for all its rows from its ``timings.json`` entry: the seconds it measured, scaled up to the
+    rows it found already built when it resumed (``resumed_after``), at its measured rate; None without an entry."""
+    if not timing:
+        return None
+    resumed = timing.get("resumed_after", 0)
+    return timing["seconds"] * (1 + resumed / timing["tokens"]) if resumed else timing["seconds"]
+

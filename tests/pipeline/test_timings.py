@@ -16,6 +16,7 @@ from mlpmem.pipeline.config import PipelineConfig
 from mlpmem.pipeline.datastore import stage_datastore
 from mlpmem.pipeline.run import Run
 from mlpmem.pipeline.teacher import stage_teacher
+from mlpmem.reporting.run_report import summary_row
 
 TICK = 5.0  # seconds of the fake clock between two readings
 
@@ -61,6 +62,9 @@ def test_a_resumed_teacher_times_only_the_rows_it_searched(run):
     stage_teacher(run)
     recorded = timing(run, "teacher")
     assert recorded["tokens"] == dropped and recorded["resumed_after"] == kept
+    # reports give the time for every row at the measured rate
+    row = summary_row(run.dir)
+    assert row["teacher_seconds"] == pytest.approx(recorded["seconds"] * (kept + dropped) / dropped)
 
 
 def test_an_uninterrupted_rebuild_times_every_row(run):

@@ -34,6 +34,7 @@ from mlpmem.experiments.qa.synthetic import ATTRIBUTES, SyntheticConfig, generat
 from mlpmem.experiments.update_study_report import table_rows, write_report
 from mlpmem.inference.augmented_lm import MemoryAugmentedLM
 from mlpmem.inference.prompts import qa_prompt
+from mlpmem.layout import stage_seconds
 from mlpmem.maintenance.config import load_maintenance_config
 from mlpmem.maintenance.explain import Explainer
 from mlpmem.maintenance.finetune import load_memory
@@ -227,7 +228,7 @@ def run_study(cfg: UpdateStudyConfig, out: Path, progress: bool = True) -> dict:
         bench, set(groups["old"]) | set(groups["arriving"]), out / "data" / "all"), base.backbone, progress)
     timings["retrain_s"] = retrain(scratch)
     core = scratch.timings()  # the stages' own measurements (recorded when a stage takes over a second)
-    timings["retrain_core_s"] = sum(core.get(k, {}).get("seconds", 0.0) for k in ("keys_train", "teacher", "train"))
+    timings["retrain_core_s"] = sum(stage_seconds(core.get(k)) or 0.0 for k in ("keys_train", "teacher", "train"))
     scores["retrained"] = {g: scorer.score(scratch, qs[g]) for g in ("old", "arriving")}
     asked = qs["arriving"] + qs["old"]
     explained = own_document_rate(base, asked, {"correct": scores["updated"]["arriving"]["correct"] +

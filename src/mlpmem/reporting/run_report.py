@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mlpmem.corpora.documents import SPLITS
-from mlpmem.layout import RunLayout
+from mlpmem.layout import RunLayout, stage_seconds
 from mlpmem.reporting.plots import pyplot
 from mlpmem.reporting.tables import count, markdown_table, mebibytes, number
 from mlpmem.utils.shards import MANIFEST, read_json
@@ -28,13 +28,13 @@ def retrieval_table(run) -> str:
     teacher = read_json(run.layout.teacher / MANIFEST, "teacher manifest")
     keys = t.get("keys_train", {})
     teach = t.get("teacher", {})
-    ratio = teach["seconds"] / keys["seconds"] if teach and keys else None
+    ratio = stage_seconds(teach) / stage_seconds(keys) if teach and keys else None
     tokens = keystore_rows(run.layout)
     c = knn["chosen"]
     rows = [
         ("tokens train / validation / test", " / ".join(count(tokens[s]) for s in tokens)),
         ("key extraction (truncated forward), tokens/s", number(keys.get("tokens_per_s"), 0)),
-        ("teacher build, s (ratio to key extraction)", f"{number(teach.get('seconds'), 0)} ({number(ratio, 2)})"),
+        ("teacher build, s (ratio to key extraction)", f"{number(stage_seconds(teach), 0)} ({number(ratio, 2)})"),
         ("teacher bytes per token", number(teacher["bytes_per_token"], 2)),
         ("teacher k / T / top-K", f"{teacher['k']} / {teacher['temperature']} / {teacher['top_k']}"),
         ("kNN-LM k / T / λ (chosen on validation)", f"{c['k']} / {c['temperature']} / {c['lambda']}"),
@@ -153,8 +153,8 @@ def summary_row(run_dir) -> dict:
     keys, teach = timings.get("keys_train", {}), timings.get("teacher", {})
     return {
         "run": layout.root.name, "tokens": rows,
-        "keys_tokens_per_s": keys.get("tokens_per_s"), "teacher_seconds": teach.get("seconds"),
-        "teacher_over_keys": teach["seconds"] / keys["seconds"] if teach and keys else None,
+        "keys_tokens_per_s": keys.get("tokens_per_s"), "teacher_seconds": stage_seconds(teach),
+        "teacher_over_keys": stage_seconds(teach) / stage_seconds(keys) if teach and keys else None,
         "teacher_bytes_per_token": teacher.get("bytes_per_token"), "knnlm": knn["chosen"],
         "backbone_ppl": knn["test"]["backbone_ppl"], "knnlm_ppl": knn["test"]["knnlm_ppl"],
         "memory_ppl": res["test"]["memory"] if res else None,
