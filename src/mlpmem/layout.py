@@ -161,4 +161,3 @@ def stage_seconds(timing: dict) -> float | None:
         return None
     resumed = timing.get("resumed_after", 0)
     return timing["seconds"] * (1 + resumed / timing["tokens"]) if resumed else timing["seconds"]
-

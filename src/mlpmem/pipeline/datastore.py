@@ -51,10 +51,7 @@ def stage_datastore(run: Run, rebuild: bool = False) -> dict:
             batches_per_shard=cfg.datastore.batches_per_shard, with_lm=with_lm, precision=cfg.backbone.precision,
             pack=cfg.datastore.pack, rebuild=rebuild, progress=run.progress, desc=f"keys {split}", donor=donor)
         seconds = time.perf_counter() - t0
-        own = encoded_rows(manifest)  # the rest were linked from the donor
-        encoded = own - before  # by this call: a resumed build times only the rest
+        own = encoded_rows(manifest)  # the rest were linked from the donor: not a measurement
         summary[split] = {"tokens": manifest["rows"], "seconds": seconds, "reused": manifest["rows"] - own}
-        if seconds > 1 and encoded:  # a reused, complete keystore (or linked shards) is not a measurement
-            run.record_timing(f"keys_{split}", tokens=encoded, seconds=seconds, tokens_per_s=encoded / seconds,
-                              with_lm=with_lm, **({"resumed_after": before} if before else {}))
+        run.record_build(f"keys_{split}", own, before, seconds, with_lm=with_lm)
     return summary

@@ -149,6 +149,14 @@ class Run:
         timings[stage] = values
         write_json(path, timings)
 
+    def record_build(self, stage: str, rows: int, before: int, seconds: float, **values) -> None:
+        """Time a sharded build by the rows this call built: a resumed build found ``before`` of its ``rows`` already
+        there (recorded as ``resumed_after``); a build under a second or with nothing to do is not a measurement."""
+        done = rows - before
+        if seconds > 1 and done:
+            resumed = {"resumed_after": before} if before else {}
+            self.record_timing(stage, tokens=done, seconds=seconds, tokens_per_s=done / seconds, **values, **resumed)
+
     def timings(self) -> dict:
         path = self.layout.timings
         return read_json(path, "timings") if path.exists() else {}

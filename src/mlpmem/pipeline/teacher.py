@@ -26,8 +26,5 @@ def stage_teacher(run: Run, rebuild: bool = False) -> dict:
     manifest = build_teacher(run.layout.datastore, run.layout.teacher, teacher_config(run), rebuild=rebuild,
                              progress=run.progress)
     seconds = time.perf_counter() - t0
-    rows = manifest["rows"] - before  # by this call: a resumed build times only the rest
-    if seconds > 1 and rows:
-        run.record_timing("teacher", tokens=rows, seconds=seconds, tokens_per_s=rows / seconds,
-                          bytes_per_token=manifest["bytes_per_token"], **({"resumed_after": before} if before else {}))
+    run.record_build("teacher", manifest["rows"], before, seconds, bytes_per_token=manifest["bytes_per_token"])
     return manifest

@@ -110,11 +110,11 @@ def shards_before(out_dir: Path, rebuild: bool = False) -> list[dict]:
     """The shards a sharded build in ``out_dir`` had finished before this call (merged or recorded; none when it is
     rebuilt, absent or unreadable): a resumed stage times only what it does itself."""
     path = Path(out_dir) / MANIFEST
-    if rebuild or not Path(out_dir).is_dir():
+    if rebuild or not path.is_file():
         return []
     shards = {}
     with contextlib.suppress(CorruptArtifact, KeyError, TypeError, AttributeError):
-        shards = {int(s["index"]): s for s in read_json(path, "manifest")["shards"]} if path.is_file() else {}
+        shards = {int(s["index"]): s for s in read_json(path, "manifest")["shards"]}
     return list({**shards, **read_records(out_dir, "shards", verify=False)}.values())
 
 
