@@ -40,6 +40,7 @@ def test_two_sizes_end_to_end(tmp_path, tiny_backbone_dir):
     assert (tmp_path / "scaling" / "data_scaling.png").stat().st_size > 1000
     text = (tmp_path / "scaling" / "report.md").read_text()
     assert "training tokens" in text and "memory alone / backbone (covered)" in text and "--train-tokens" in text
+    assert "training tokens/s" in text
     # the whole split ran first; the capped run took its evaluation keys whole and its first training shards
     small, whole = (RunLayout(tmp_path / "scaling" / "runs" / name) for name in ("train-300", "train-all"))
     for split in ("validation", "test"):

@@ -87,6 +87,9 @@ def plot_scaling(rows: list[dict], path: Path) -> Path:
     tokens = [r["train_tokens"] for r in rows]
     ax.plot(tokens, [r["joint_over_backbone"] for r in rows], "o-", label="MLP Memory + backbone")
     ax.plot(tokens, [r["knnlm_over_backbone"] for r in rows], "s--", label="kNN-LM (same datastore)")
+    alone = [r.get("memory_over_backbone_covered") for r in rows]
+    if all(a is not None for a in alone):
+        ax.plot(tokens, alone, "^:", label="MLP Memory alone (covered targets)")
     ax.axhline(1.0, color="gray", ls=":", lw=1, label="backbone")
     ax.set_xscale("log")
     ax.set_xlabel("training tokens (datastore size)")
@@ -105,7 +108,8 @@ def report(results: dict) -> str:
               f"{r['test_ppl']['backbone']:.3f}",
               f"{r['test_ppl']['knnlm']:.3f}", f"{r['test_ppl']['joint']:.3f} (λ={r['lambda']})",
               f"{r['joint_over_backbone']:.3f}", f"{r['knnlm_over_backbone']:.3f}", f"{r['joint_over_knnlm']:.3f}",
-              _memory_alone(r), f"{r['mass80']['memory']:.1f} / {r['mass80']['backbone']:.1f}", f"{r['epochs']:g}"]
+              _memory_alone(r), f"{r['mass80']['memory']:.1f} / {r['mass80']['backbone']:.1f}", f"{r['epochs']:g}",
+              f"{r['train_tokens_per_s']:,.0f}"]
              for r in rows]
     falls = all(b["joint_over_backbone"] < a["joint_over_backbone"] for a, b in zip(rows, rows[1:]))
     overrides = "".join(f" --set {o}" for o in results["overrides"])
@@ -119,7 +123,7 @@ def report(results: dict) -> str:
         markdown_table(["training tokens", "tokens / trainable param", "backbone", "kNN-LM", "memory + backbone",
                         "memory + backbone / backbone", "kNN-LM / backbone", "memory + backbone / kNN-LM",
                         "memory alone / backbone (covered)", "tokens for 80 % of the mass, memory / backbone",
-                        "epochs"], cells),
+                        "epochs", "training tokens/s"], cells),
         f"Memory + backbone / backbone {'falls' if falls else 'does not fall'} at every step as the corpus grows.",
         "![quality against corpus size](data_scaling.png)",
     ])

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -51,6 +51,21 @@ from mlpmem.training.sharding import gather_checkpoint, return_large_frees_to_os
 from mlpmem.utils.shards import write_json
 
 
+@dataclass
+class _Loop:
+    """What one training run holds across its steps: the (possibly wrapped or sharded) model, the unsharded
+    memory process 0 saves, the optimizer and schedule, and the progress bar."""
+
+    accelerator: Accelerator
+    model: torch.nn.Module
+    whole: MLPMemory
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    trainable: list[torch.nn.Parameter]
+    sharded: bool
+    bar: tqdm
+
+
 def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainConfig, out_dir: str | Path,
                  progress: bool = True, stop_after: int | None = None, memory_spec: dict | None = None) -> dict:
     """Train ``memory`` in place; checkpoints and history go to ``out_dir``; resumes if a checkpoint exists.
@@ -66,12 +81,40 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
+    loop, state = _start(memory, cfg, out_dir / "checkpoint", total, memory_spec, progress)
+    step = state["step"]
+    t_start = time.perf_counter() - state["train_seconds"]
+    while step < total and not state["stopped"]:
+        parts = _train_step(loop, data, cfg, step, steps_per_epoch)
+        step += 1
+        loop.bar.update(1)
+        loop.bar.set_postfix(loss=f"{parts['loss'].item():.3f}", kl=f"{parts['kl'].item():.3f}",
+                             ce=f"{parts['ce'].item():.3f}",
+                             tok_s=f"{step * cfg.batch_size / max(time.perf_counter() - t_start, 1e-9):.0f}")
+        improved = evaluated = is_eval_step(step, steps_per_epoch, interval)
+        if evaluated:
+            entry = {"epoch": _epoch_label(step, steps_per_epoch), "step": step,
+                     "tokens_seen": tokens_seen(step, steps_per_epoch, cfg.batch_size, len(data.targets)),
+                     "loss": parts["loss"].item()}
+            improved = validate(loop.accelerator, loop.model if loop.sharded else loop.whole, val, cfg, state,
+                                loop.bar, entry, loop.sharded)
+        if evaluated or step % cfg.checkpoint_every == 0 or step == total:  # evaluated: the counters are saved
+            state.update(step=step, train_seconds=time.perf_counter() - t_start)
+            _save(loop, memory, out_dir, state, improved)
+        if stop_after is not None and step >= stop_after:
+            break
+    return _finish(loop, memory, cfg, out_dir, state, step, total, t_start)
+
+
+def _start(memory: MLPMemory, cfg: TrainConfig, ckpt: Path, total: int, memory_spec: dict | None,
+           progress: bool) -> tuple[_Loop, dict]:
+    """The run's accelerator, optimizer, schedule and model (wrapped for DDP or sharded for FSDP), and the
+    trainer state to start from (the checkpoint's when there is one)."""
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
     sharded = cfg.sharding == "fsdp" and accelerator.num_processes > 1
     if sharded and accelerator.device.type == "cpu":
         return_large_frees_to_os()
     optimizer = adamw(memory, cfg)
-    ckpt = out_dir / "checkpoint"
     state = resume_state(accelerator, ckpt, memory, optimizer, cfg, memory_spec)
     if sharded:
         model, optimizer = shard_memory(memory, optimizer, cfg, accelerator.device.type)
@@ -79,58 +122,62 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
     if not sharded:
         model, optimizer = accelerator.prepare(memory, optimizer)
     whole = memory if sharded else accelerator.unwrap_model(model)  # the unsharded memory, saved by process 0
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    step = state["step"]
-    bar = tqdm(total=total, initial=step, desc="train memory", unit="step", disable=not progress,
+    bar = tqdm(total=total, initial=state["step"], desc="train memory", unit="step", disable=not progress,
                dynamic_ncols=True)
-    t_start = time.perf_counter() - state["train_seconds"]
-    while step < total and not state["stopped"]:
-        epoch, in_epoch = divmod(step, steps_per_epoch)
-        order = epoch_order(len(data.targets), cfg.seed, epoch)
-        idx = order[in_epoch * cfg.batch_size : (in_epoch + 1) * cfg.batch_size]
-        mine, weight = rank_rows(idx, accelerator.process_index, accelerator.num_processes)
-        batch = data.batch(mine)
-        batch["keys"] = noisy_keys(batch["keys"], idx, mine, cfg.key_noise, cfg.seed, step)
-        torch.manual_seed(int(step_generator(cfg.seed, step).initial_seed()) + accelerator.process_index)  # dropout
-        model.train()
-        loss, parts = batch_loss(model, whole, batch, cfg, fused=cfg.fused_loss and not sharded)
-        accelerator.backward(loss * weight)
-        optimizer_step(accelerator, optimizer, scheduler, trainable, cfg.grad_clip, sharded)
-        step += 1
-        elapsed = time.perf_counter() - t_start
-        bar.update(1)
-        bar.set_postfix(loss=f"{parts['loss'].item():.3f}", kl=f"{parts['kl'].item():.3f}",
-                        ce=f"{parts['ce'].item():.3f}", tok_s=f"{step * cfg.batch_size / max(elapsed, 1e-9):.0f}")
-        evaluated, improved = is_eval_step(step, steps_per_epoch, interval), False
-        if evaluated:
-            whole_epochs = step % steps_per_epoch == 0  # epoch ends keep their integer epoch
-            entry = {"epoch": step // steps_per_epoch if whole_epochs else round(step / steps_per_epoch, 4),
-                     "step": step, "tokens_seen": tokens_seen(step, steps_per_epoch, cfg.batch_size, len(data.targets)),
-                     "loss": parts["loss"].item()}
-            improved = validate(accelerator, model if sharded else whole, val, cfg, state, bar, entry, sharded)
-        if evaluated or step % cfg.checkpoint_every == 0 or step == total:  # evaluated: the counters are saved
-            state.update(step=step, train_seconds=time.perf_counter() - t_start)
-            moments = gather_checkpoint(model, optimizer, memory) if sharded else None
-            if accelerator.is_main_process:
-                if improved:  # before the checkpoint that records it as the best
-                    whole.save_pretrained(out_dir / BEST)
-                save_checkpoint(ckpt, whole, flat_moments(optimizer) if moments is None else moments, state)
-        if stop_after is not None and step >= stop_after:
-            break
-    bar.close()
-    if sharded:
-        unshard_into(model, memory)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    return _Loop(accelerator, model, whole, optimizer, scheduler, trainable, sharded, bar), state
+
+
+def _train_step(loop: _Loop, data: TrainData, cfg: TrainConfig, step: int, steps_per_epoch: int) -> dict:
+    """One optimizer step on this process's rows of the step's batch (the seeded order of its epoch)."""
+    epoch, in_epoch = divmod(step, steps_per_epoch)
+    order = epoch_order(len(data.targets), cfg.seed, epoch)
+    idx = order[in_epoch * cfg.batch_size : (in_epoch + 1) * cfg.batch_size]
+    accelerator = loop.accelerator
+    mine, weight = rank_rows(idx, accelerator.process_index, accelerator.num_processes)
+    batch = data.batch(mine)
+    batch["keys"] = noisy_keys(batch["keys"], idx, mine, cfg.key_noise, cfg.seed, step)
+    torch.manual_seed(int(step_generator(cfg.seed, step).initial_seed()) + accelerator.process_index)  # dropout
+    loop.model.train()
+    loss, parts = batch_loss(loop.model, loop.whole, batch, cfg, fused=cfg.fused_loss and not loop.sharded)
+    accelerator.backward(loss * weight)
+    optimizer_step(accelerator, loop.optimizer, loop.scheduler, loop.trainable, cfg.grad_clip, loop.sharded)
+    return parts
+
+
+def _epoch_label(step: int, steps_per_epoch: int) -> int | float:
+    """Epoch ends keep their integer epoch; an evaluation within an epoch its fraction."""
+    return step // steps_per_epoch if step % steps_per_epoch == 0 else round(step / steps_per_epoch, 4)
+
+
+def _save(loop: _Loop, memory: MLPMemory, out_dir: Path, state: dict, improved: bool) -> None:
+    """The checkpoint (process 0), after the best weights when this step's evaluation is the new best."""
+    moments = gather_checkpoint(loop.model, loop.optimizer, memory) if loop.sharded else None
+    if loop.accelerator.is_main_process:
+        if improved:  # before the checkpoint that records it as the best
+            loop.whole.save_pretrained(out_dir / BEST)
+        save_checkpoint(out_dir / "checkpoint", loop.whole,
+                        flat_moments(loop.optimizer) if moments is None else moments, state)
+
+
+def _finish(loop: _Loop, memory: MLPMemory, cfg: TrainConfig, out_dir: Path, state: dict, step: int, total: int,
+            t_start: float) -> dict:
+    """Full weights into ``memory`` (the best ones when the run ended and restores them), the final state
+    written by process 0 and returned."""
+    loop.bar.close()
+    if loop.sharded:
+        unshard_into(loop.model, memory)
     restored = (step >= total or state["stopped"]) and cfg.restores_best() and state["best_step"] is not None
-    accelerator.wait_for_everyone()  # process 0 wrote best/
+    loop.accelerator.wait_for_everyone()  # process 0 wrote best/
     if restored:
         restore_best(memory, out_dir / BEST)
-    state.update(step=step, train_seconds=time.perf_counter() - t_start,
-                 tokens_per_s=step * cfg.batch_size / max(time.perf_counter() - t_start, 1e-9),
-                 processes=accelerator.num_processes, stopped_early=state["stopped"] and step < total,
+    seconds = time.perf_counter() - t_start
+    state.update(step=step, train_seconds=seconds, tokens_per_s=step * cfg.batch_size / max(seconds, 1e-9),
+                 processes=loop.accelerator.num_processes, stopped_early=state["stopped"] and step < total,
                  restored_best=restored)
-    if accelerator.is_main_process:
+    if loop.accelerator.is_main_process:
         write_json(out_dir / "train_state.json", {k: v for k, v in state.items()})
-    accelerator.wait_for_everyone()
+    loop.accelerator.wait_for_everyone()
     return state
 
 
