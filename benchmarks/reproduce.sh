@@ -41,7 +41,7 @@ $M bench scale configs/quick.yaml --tokens 0 --sizes '' --corpus-repeats '' --sh
 # Memory Mosaics v2 (docs/mosaics.md, docs/results/mosaics*/)
 for c in small hour hour-more-text; do $M mosaics train configs/mosaics/$c.yaml; $M mosaics eval configs/mosaics/$c.yaml; done
 for c in small hour; do $M mosaics memory configs/mosaics/$c.yaml; done
-$M mosaics recall
+$M mosaics recall --out docs/results/mosaics-recall
 # Skipped: the other variants of `bench infer` quoted in docs/speed.md (threads, ladder, idle reruns) take the
 # options written next to each table there; configs/mosaics/gpu.yaml needs a GPU and was not run.
 # identity initialisation against random on the quick run's datastore and teacher (README)

@@ -256,7 +256,9 @@ EXPERIMENTS = [
     Command("recall", "mosaics", f"{MOSAICS}:cmd_mosaics_recall",
             "planted key-value recall: tiny Memory Mosaics vs Transformers", (
                 Arg("--steps", type=int, default_from="mlpmem.experiments.mosaics.recall:compare",
-                    help="training steps of each tiny model"),), aliases=("mosaics-recall",)),
+                    help="training steps of each tiny model"),
+                Arg("--out", help="also write report.md and results.json to this folder")),
+            aliases=("mosaics-recall",)),
     Command("list", "tasks", "mlpmem.experiments.tasks.cli:cmd_list",
             "BIG-bench multiple-choice tasks, their sizes, the selection rule's verdict", (
                 Arg("--all", action="store_true", help="also the rejected tasks, with the reason"),)),

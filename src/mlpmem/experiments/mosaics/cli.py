@@ -3,12 +3,13 @@
 ``mlpmem mosaics train <config> [--model mosaics|transformer|both]``: tokenizer, data, both models trained.
 ``mlpmem mosaics eval <config>``: the three questions; writes results.json, results.md, three-questions.png.
 ``mlpmem mosaics memory <config>``: an MLP Memory (the project's pipeline) on top of each trained model.
-``mlpmem mosaics recall [--steps N]``: planted-pair recall of tiny models of both kinds (seconds).
+``mlpmem mosaics recall [--steps N] [--out DIR]``: planted-pair recall of tiny models of both kinds (seconds).
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import torch
 
@@ -17,6 +18,7 @@ from mlpmem.experiments.mosaics.experiment import KINDS, eval_stage, train_stage
 from mlpmem.experiments.mosaics.memory_on_top import memory_stage, memory_table
 from mlpmem.experiments.mosaics.recall import compare
 from mlpmem.experiments.mosaics.report import sizes_table, three_questions_table
+from mlpmem.utils.shards import write_json
 
 MODELS = (*KINDS, "both")
 """The choices of ``--model``."""
@@ -47,8 +49,19 @@ def cmd_mosaics_memory(args: argparse.Namespace) -> None:
 
 
 def cmd_mosaics_recall(args: argparse.Namespace) -> None:
-    """``--steps`` left out: :func:`~.recall.compare`'s default."""
+    """``--steps`` left out: :func:`~.recall.compare`'s default. ``--out``: also ``report.md`` and
+    ``results.json`` there."""
     torch.set_num_threads(1)
-    print("| model | layers | parameters | planted-pair recall, accuracy % (chance 4.5) |\n|---|---:|---:|---:|")
-    for row in compare(**({} if args.steps is None else {"steps": args.steps})):
-        print(f"| {row['kind']} | {row['layers']} | {row['parameters']:,} | {row['accuracy']:.1f} |")
+    steps = {} if args.steps is None else {"steps": args.steps}
+    rows = compare(**steps)
+    table = "\n".join(["| model | layers | parameters | planted-pair recall, accuracy % (chance 4.5) |",
+                       "|---|---:|---:|---:|",
+                       *(f"| {r['kind']} | {r['layers']} | {r['parameters']:,} | {r['accuracy']:.1f} |" for r in rows)])
+    print(table)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        command = "mlpmem mosaics recall" + (f" --steps {args.steps}" if args.steps is not None else "")
+        write_json(out / "results.json", {"command": command, "rows": rows})
+        (out / "report.md").write_text(f"# Planted key-value recall\n\n`{command} --out {args.out}` "
+                                       "(seeded; one thread)\n\n" + table + "\n")
