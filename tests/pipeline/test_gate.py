@@ -13,8 +13,8 @@ import torch
 
 import mlpmem.pipeline.gate as gate_stage
 import mlpmem.utils.shards
-from helpers.corpus import write_corpus
 from helpers.fast import quiet_and_fast  # noqa: F401 (autouse: no fsync, one thread)
+from helpers.runs import copy_run, corpus_of
 from mlpmem.cli import main
 from mlpmem.corpora.documents import document_lengths, make_windows
 from mlpmem.errors import FingerprintMismatch
@@ -31,16 +31,16 @@ FAST = ["--decode-tokens", "2", "--decode-rounds", "1"]
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory, tiny_backbone_dir):
-    """A finished tiny run with its gate trained by the command, and the options naming its backbone and corpus."""
+def finished(tmp_path_factory, tiny_backbone_dir, tiny_run):
+    """A copy of the session's finished tiny run with its gate trained by the command, and the options naming its
+    backbone and corpus."""
     root = tmp_path_factory.mktemp("gate")
-    corpus = write_corpus(root / "corpus", 10)
-    common = ["--quiet", "--set", f"backbone.name={tiny_backbone_dir}", "--set", f"corpus.path={corpus}",
+    copy_run(tiny_run, root / "run")
+    common = ["--quiet", "--set", f"backbone.name={tiny_backbone_dir}", "--set", f"corpus.path={corpus_of(tiny_run)}",
               "--set", "gate.key_dim=2"]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(mlpmem.utils.shards, "FSYNC", False)
         mp.setenv("MLPMEM_THREADS", "1")
-        assert main(["run", TINY, *common, "--set", f"run_dir={root / 'run'}"]) == 0
         assert main(["gate", TINY, *common, "--set", f"run_dir={root / 'run'}", *FAST,
                      "--report", str(root / "report")]) == 0
     return root, common
