@@ -8,7 +8,7 @@ import pytest
 import torch
 import yaml
 
-from helpers.corpus import write_corpus
+from helpers.runs import copy_run
 from helpers.tiny import VOCAB, tiny_backbone
 from mlpmem.cli import main as cli_main
 from mlpmem.errors import ConfigError
@@ -77,13 +77,13 @@ def test_config_validation():
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory, tiny_backbone_dir):
+def finished_run(tmp_path_factory, tiny_run):
+    """A copy of the session's tiny run whose config.yaml names the copy as its run folder."""
     root = tmp_path_factory.mktemp("bench")
-    corpus = write_corpus(root / "corpus", 10)
-    args = ["configs/tiny.yaml", "--quiet", "--set", f"run_dir={root / 'run'}", "--set",
-            f"backbone.name={tiny_backbone_dir}", "--set", f"corpus.path={corpus}"]
-    assert cli_main(["run", *args]) == 0
-    config = root / "run" / "config.yaml"
+    run = copy_run(tiny_run, root / "run")
+    config = run / "config.yaml"
+    settings = yaml.safe_load(config.read_text())
+    config.write_text(yaml.safe_dump({**settings, "run_dir": str(run)}, sort_keys=False))
     return root, config
 
 
