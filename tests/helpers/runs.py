@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 import mlpmem.utils.shards
 from helpers.corpus import write_corpus
@@ -31,8 +32,13 @@ def corpus_of(run: Path) -> Path:
 
 
 def copy_run(run: Path, folder: Path) -> Path:
-    """A copy of ``run`` in ``folder`` (a test that changes a run works on its copy)."""
+    """A copy of ``run`` in ``folder`` (a test that changes a run works on its copy), its ``config.yaml`` naming the
+    copy as its run folder, so that commands given that file work on the copy."""
     shutil.copytree(run, folder)
+    config = folder / "config.yaml"
+    if config.is_file():
+        config.write_text(yaml.safe_dump({**yaml.safe_load(config.read_text()), "run_dir": str(folder)},
+                                         sort_keys=False))
     return folder
 
 

@@ -50,6 +50,9 @@ from mlpmem.training.selection import (
 from mlpmem.training.sharding import gather_checkpoint, return_large_frees_to_os, shard_memory, unshard_into
 from mlpmem.utils.shards import write_json
 
+CHECKPOINT = "checkpoint"
+"""The folder under a training ``out_dir`` that holds the resumable checkpoint."""
+
 
 @dataclass
 class _Loop:
@@ -81,7 +84,7 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
-    loop, state = _start(memory, cfg, out_dir / "checkpoint", total, memory_spec, progress)
+    loop, state = _start(memory, cfg, out_dir / CHECKPOINT, total, memory_spec, progress)
     step = state["step"]
     t_start = time.perf_counter() - state["train_seconds"]
     while step < total and not state["stopped"]:
@@ -156,7 +159,7 @@ def _save(loop: _Loop, memory: MLPMemory, out_dir: Path, state: dict, improved: 
     if loop.accelerator.is_main_process:
         if improved:  # before the checkpoint that records it as the best
             loop.whole.save_pretrained(out_dir / BEST)
-        save_checkpoint(out_dir / "checkpoint", loop.whole,
+        save_checkpoint(out_dir / CHECKPOINT, loop.whole,
                         flat_moments(loop.optimizer) if moments is None else moments, state)
 
 

@@ -18,6 +18,7 @@ from mlpmem.experiments.mosaics.experiment import KINDS, eval_stage, train_stage
 from mlpmem.experiments.mosaics.memory_on_top import memory_stage, memory_table
 from mlpmem.experiments.mosaics.recall import compare
 from mlpmem.experiments.mosaics.report import sizes_table, three_questions_table
+from mlpmem.reporting.tables import markdown_table
 from mlpmem.utils.shards import write_json
 
 MODELS = (*KINDS, "both")
@@ -54,9 +55,8 @@ def cmd_mosaics_recall(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     steps = {} if args.steps is None else {"steps": args.steps}
     rows = compare(**steps)
-    table = "\n".join(["| model | layers | parameters | planted-pair recall, accuracy % (chance 4.5) |",
-                       "|---|---:|---:|---:|",
-                       *(f"| {r['kind']} | {r['layers']} | {r['parameters']:,} | {r['accuracy']:.1f} |" for r in rows)])
+    table = markdown_table(["model", "layers", "parameters", "planted-pair recall, accuracy % (chance 4.5)"],
+                           [[r["kind"], r["layers"], f"{r['parameters']:,}", f"{r['accuracy']:.1f}"] for r in rows])
     print(table)
     if args.out:
         out = Path(args.out)
