@@ -242,7 +242,7 @@ EXPERIMENTS = [
                 Arg("--shard-width", type=int, default=4096, help="intermediate size of the DDP/FSDP memory"),
                 Arg("--corpus-repeats", default="4,16",
                     help="times the training split is repeated for the datastore stage's peak RSS (empty: skip)"),
-                Arg("--docs", default="docs/results/scale", help="also write results.md/json here")),
+                Arg("--docs", default="docs/results/scale", help="also write report.md and results.json here")),
             aliases=("bench-scale",)),
     Command("train", "mosaics", f"{MOSAICS}:cmd_mosaics_train",
             "Memory Mosaics v2 and its matched Transformer: data, tokenizer, training", (*RUN, MODEL),

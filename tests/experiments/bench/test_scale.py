@@ -41,3 +41,20 @@ def test_corpus_size_workers_see_the_repeated_split(tmp_path, tiny_backbone_dir)
     assert worker_corpus(str(tmp_path / "x3" / "run"), "in-ram")["tokens"] == thrice["tokens"]
     results = {"corpus": [{"repeats": 3, "corpus_mb": 0.1, "mode": "stream", **thrice}]}
     assert f"| 3 | 0 | {thrice['tokens']} | stream |" in markdown(results, "c")
+
+
+def test_markdown_derives_the_figures_the_docs_quote():
+    memory = [{"rows": n, "datastore_mb": 1.0, "stage": stage, "seconds": 1.0, "peak_rss_mb": rss}
+              for n, stage, rss in ((1000, "train", 400.0), (4000, "train", 406.0),
+                                    (1000, "train-in-ram", 500.0), (4000, "train-in-ram", 900.0))]
+    sharding = [{"sharding": s, "mmap_frees": frees, "rank": rank, "parameters": 2**20, "steps": 10,
+                 "seconds": secs, "rss_before_mb": 1.0, "peak_rss_mb": rss}
+                for s, frees, secs, rss in (("ddp", False, 9.0, 999.0), ("ddp", True, 10.0, 100.0),
+                                            ("fsdp", True, 20.0, 94.0)) for rank in (0, 1)]
+    corpus = [{"repeats": r, "corpus_mb": 1.0, "tokens": 2**20 * r, "mode": "in-ram", "seconds": 1.0,
+               "peak_rss_mb": 10.0 * r} for r in (1, 3)]
+    text = markdown({"memory": memory, "sharding": sharding, "corpus": corpus}, "c")
+    assert "From 1,000 to 4,000 keys (4×) peak RSS grows by 6 MB (train), 400 MB (train-in-ram)." in text
+    # 2**20 fp32 parameters = 4 MiB; grads + two moments halved over 2 processes = 6 MiB; DDP without frees ignored
+    assert "peak RSS 6 MB lower" in text and "predicts 6 MB" in text and "2.00× the seconds per step" in text
+    assert "10.0 bytes (in-ram)" in text

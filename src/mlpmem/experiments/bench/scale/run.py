@@ -21,7 +21,8 @@ def run_bench(config: str, out: str, tokens: int, worlds: list[int], sizes: list
               steps: int, docs_dir: str | None, command: str, repeats: list[int] = (), shard_steps: int = 0,
               shard_width: int = 4096) -> dict:
     """Measure the requested parts; parts measured by an earlier command into the same ``out`` are kept (each part
-    records the command that measured it) and every part is written as soon as it is measured."""
+    records the command that measured it) and every part is written as soon as it is measured. With nothing to
+    measure the page is written again from ``out``'s earlier results (after a change to how it is drawn)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     previous = out / "results.json"
@@ -38,6 +39,7 @@ def run_bench(config: str, out: str, tokens: int, worlds: list[int], sizes: list
         if wanted:
             results[part], commands[part] = measure(), command
             write_results(results, out, docs_dir, command)
+    write_results(results, out, docs_dir, command)
     return results
 
 
