@@ -25,6 +25,8 @@ if [ -d runs/default-fp32-init-backbone ]; then
   $M summarize runs/default runs/default-init-backbone runs/default-fp32-init-backbone \
     --out docs/results/init-precision/summary.md
 fi
+# the BIG-bench multiple-choice tasks and the selection rule's verdicts (docs/lm-eval.md)
+$M tasks list --all --out docs/results/tasks-catalog
 # knowledge QA, the no-regression battery and the QA-scale ablations (docs/qa.md, docs/results/qa/)
 $M qa report configs/qa/report.yaml
 # speed (docs/speed.md, docs/results/speed/): run on an otherwise idle machine

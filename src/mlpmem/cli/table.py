@@ -261,7 +261,8 @@ EXPERIMENTS = [
             aliases=("mosaics-recall",)),
     Command("list", "tasks", "mlpmem.experiments.tasks.cli:cmd_list",
             "BIG-bench multiple-choice tasks, their sizes, the selection rule's verdict", (
-                Arg("--all", action="store_true", help="also the rejected tasks, with the reason"),)),
+                Arg("--all", action="store_true", help="also the rejected tasks, with the reason"),
+                Arg("--out", help="also write report.md and results.json to this folder"))),
     Command("screen", "tasks", "mlpmem.experiments.tasks.cli:cmd_screen",
             "score candidate tasks with the backbone; choose the nine above chance", (
                 Arg("--tasks", type=_names, help="comma-separated BIG-bench tasks (default: the rule's candidates)"),

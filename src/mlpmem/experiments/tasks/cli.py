@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
 
 from mlpmem.experiments.tasks.catalog import SelectionRule, list_multiple_choice, rejection
 from mlpmem.experiments.tasks.prepare import TasksConfig, prepare_tasks
+from mlpmem.reporting.tables import markdown_table
 from mlpmem.utils.runtime import set_threads
+from mlpmem.utils.shards import write_json
 
 
 def _given(args: argparse.Namespace, *names: str) -> dict:
@@ -16,16 +20,26 @@ def _given(args: argparse.Namespace, *names: str) -> dict:
 
 
 def cmd_list(args: argparse.Namespace) -> None:
-    """Every multiple-choice task of the archive with its size and the rule's verdict."""
+    """Every multiple-choice task of the archive with its size and the rule's verdict; ``--out``: also
+    ``report.md`` and ``results.json`` there (every task, its verdict, the counts)."""
     infos = list_multiple_choice()
     rule = SelectionRule()
-    shown = infos if args.all else [i for i in infos if rejection(i, rule) is None]
-    print("| task | items | choices | input words | longest choice words | verdict |\n|---|---|---|---|---|---|")
-    for info in shown:
-        print(f"| {info.name} | {info.items} | {info.choices:g} | {info.input_words:g} | {info.choice_words:g} | "
-              f"{rejection(info, rule) or 'candidate'} |")
-    counts = Counter(rejection(i, rule) or "candidate" for i in infos)
-    print(f"\n{len(infos)} multiple-choice tasks: " + ", ".join(f"{n} {why}" for why, n in counts.most_common()))
+    verdicts = {i.name: rejection(i, rule) or "candidate" for i in infos}
+    shown = infos if args.all else [i for i in infos if verdicts[i.name] == "candidate"]
+    table = markdown_table(["task", "items", "choices", "input words", "longest choice words", "verdict"],
+                           [[i.name, i.items, f"{i.choices:g}", f"{i.input_words:g}", f"{i.choice_words:g}",
+                             verdicts[i.name]] for i in shown])
+    counts = Counter(verdicts.values())
+    summary = f"{len(infos)} multiple-choice tasks: " + ", ".join(f"{n} {why}" for why, n in counts.most_common())
+    print(f"{table}\n\n{summary}")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        command = "mlpmem tasks list" + (" --all" if args.all else "") + f" --out {args.out}"
+        write_json(out / "results.json", {"command": command, "rule": asdict(rule), "counts": dict(counts),
+                                          "tasks": [{**asdict(i), "verdict": verdicts[i.name]} for i in infos]})
+        (out / "report.md").write_text(f"# BIG-bench multiple-choice tasks and the selection rule\n\n`{command}`\n\n"
+                                       f"{summary}\n\n{table}\n")
 
 
 def cmd_screen(args: argparse.Namespace) -> None:

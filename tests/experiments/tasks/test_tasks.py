@@ -189,6 +189,19 @@ def test_selection_rule_and_choice_of_nine(env):
     assert catalog.choose_nine(rows) == ["a/y", "b"]
 
 
+def test_list_command_writes_every_task_with_its_verdict(env, capsys):
+    assert main(["tasks", "list", "--all", "--out", str(env / "catalog")]) == 0
+    printed = capsys.readouterr().out
+    results = json.loads((env / "catalog" / "results.json").read_text())
+    verdicts = {t["name"]: t["verdict"] for t in results["tasks"]}
+    assert verdicts == {"keeper": "fewer than 200 items", "family/sub_en": "fewer than 200 items",
+                        "letters": "fewer than 200 items", "small": "fewer than 200 items"}
+    assert results["counts"] == {"fewer than 200 items": 4} and results["rule"]["min_items"] == 200
+    report = (env / "catalog" / "report.md").read_text()
+    assert "4 multiple-choice tasks: 4 fewer than 200 items" in report and "| keeper | 16 |" in report
+    assert "4 multiple-choice tasks: 4 fewer than 200 items" in printed
+
+
 def test_screen_uses_items_outside_the_evaluated_ones(env, tiny_backbone_dir):
     held, _, overlap = screen_items("keeper", limit=6, n=10, seed=0)
     evaluated = {i["id"] for i in eval_items("keeper", 6, 0)[0]}
