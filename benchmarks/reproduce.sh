@@ -10,6 +10,14 @@ timed() { local name=$1; shift; local t0=$SECONDS; "$@"; echo "$name demo wall s
 mkdir -p runs && rm -f runs/demo-walltimes.txt
 timed full $M demo --mode full                    # Shakespeare by play: the default (configs/default.yaml)
 timed quick $M demo --mode quick                  # the quick demo (configs/quick.yaml)
+# The quick preset's windows were 512 tokens every 256 until commit "quick preset: windows of 1024 every 768"; the
+# quick-based studies below were measured with those and run on runs/quick-w512, the quick run with them, which
+# benchmarks/quick_windows.sh builds beside the current quick run (docs/results/quick-windows).
+W512="--set corpus.block_size=512 --set corpus.stride=256"
+bash benchmarks/quick_windows.sh
+# ... and with the full vocabulary head, the quick preset's head until the corpus head became the default
+mkdir -p runs/quick-full && cp -al runs/quick-w512/{datastore,eval,teacher,knnlm,tokens} runs/quick-full/ 2>/dev/null || true
+$M run configs/quick.yaml $W512 --set run_dir=runs/quick-full --set memory.vocab=full
 $M run configs/wikipedia-by-article.yaml          # negative control: the backbone already knows Wikipedia
 for s in datastore knnlm; do $M $s configs/wikipedia-within-article.yaml; done
 # the default with the blocks initialised from the backbone, on the default's datastore and teacher (hard links)
@@ -17,7 +25,8 @@ mkdir -p runs/default-init-backbone
 cp -al runs/default/{datastore,eval,teacher,knnlm} runs/default-init-backbone/ 2>/dev/null || true
 $M run configs/default.yaml --set run_dir=runs/default-init-backbone --set memory.init=backbone
 # tied/untied head x backbone/random init (README's table: measured at commit 57bcc69, fp32 passes)
-$M ablate configs/quick.yaml --study head-init --set train.epochs=1
+$M ablate configs/quick.yaml $W512 --set run_dir=runs/quick-full --set memory.vocab=full --study head-init \
+  --set train.epochs=1
 $M summarize runs/default runs/wikipedia-within-article runs/wikipedia-by-article runs/quick \
   --out docs/results/summary.md --copy-reports docs/results
 # runs/default-fp32-init-backbone is `mlpmem run configs/default.yaml` at commit 57bcc69 (fp32, backbone init)
@@ -46,20 +55,20 @@ for c in small hour; do $M mosaics memory configs/mosaics/$c.yaml; done
 $M mosaics recall --out docs/results/mosaics-recall
 # Skipped: the other variants of `bench infer` quoted in docs/speed.md (threads, ladder, idle reruns) take the
 # options written next to each table there; configs/mosaics/gpu.yaml needs a GPU and was not run.
-# identity initialisation against random on the quick run's datastore and teacher (README)
-mkdir -p runs/quick-identity && cp -al runs/quick/{datastore,eval,teacher,knnlm,tokens} runs/quick-identity/ 2>/dev/null || true
-$M run configs/quick.yaml --set run_dir=runs/quick-identity --set memory.init=identity
-$M summarize runs/quick runs/quick-identity --out docs/results/identity-init/summary.md \
+# identity initialisation against random (full head) on the quick run's datastore and teacher (README)
+mkdir -p runs/quick-identity && cp -al runs/quick-w512/{datastore,eval,teacher,knnlm,tokens} runs/quick-identity/ 2>/dev/null || true
+$M run configs/quick.yaml $W512 --set run_dir=runs/quick-identity --set memory.vocab=full --set memory.init=identity
+$M summarize runs/quick-full runs/quick-identity --out docs/results/identity-init/summary.md \
   --copy-reports docs/results/identity-init
 
 # the corpus-vocabulary head against the full head, and the generalisation levers, on the quick run (README)
-mkdir -p runs/quick-corpus && cp -al runs/quick/{datastore,eval,teacher,knnlm,tokens} runs/quick-corpus/ 2>/dev/null || true
-$M run configs/quick.yaml --set run_dir=runs/quick-corpus --set memory.vocab=corpus
-$M ablate configs/quick.yaml --set run_dir=runs/quick-corpus --set memory.vocab=corpus --study vocab
-$M ablate configs/quick.yaml --set run_dir=runs/quick-corpus --set memory.vocab=corpus --set train.epochs=6 \
+mkdir -p runs/quick-corpus && cp -al runs/quick-w512/{datastore,eval,teacher,knnlm,tokens} runs/quick-corpus/ 2>/dev/null || true
+$M run configs/quick.yaml $W512 --set run_dir=runs/quick-corpus --set memory.vocab=corpus
+$M ablate configs/quick.yaml $W512 --set run_dir=runs/quick-corpus --set memory.vocab=corpus --study vocab
+$M ablate configs/quick.yaml $W512 --set run_dir=runs/quick-corpus --set memory.vocab=corpus --set train.epochs=6 \
   --set train.eval_every=0.5 --set train.patience=3 --study regularise
-$M summarize runs/quick runs/quick-corpus --out docs/results/corpus-head/summary.md --copy-reports docs/results/corpus-head
-$M bench offline configs/quick.yaml --out runs/bench/offline-vocab --teacher-queries 0 --quiet
+$M summarize runs/quick-full runs/quick-corpus --out docs/results/corpus-head/summary.md --copy-reports docs/results/corpus-head
+$M bench offline configs/quick.yaml $W512 --out runs/bench/offline-vocab --teacher-queries 0 --quiet
 cp runs/bench/offline-vocab/bench-report.md docs/results/speed/offline-vocab.md
 cp runs/bench/offline-vocab/bench-results.json docs/results/speed/offline-vocab-results.json
 # quality against the training corpus's size (same recipe, nested training caps, the default's validation and test)
@@ -68,9 +77,9 @@ mkdir -p docs/results/data-scaling && cp runs/data-scaling/{report.md,results.js
 $M ablate configs/default.yaml --set run_dir=runs/data-scaling/runs/train-120000 --set corpus.max_tokens.train=120000 \
   --study vocab
 # the learned gate on the quick run (docs/results/gate): the key-projection variant first, then the default gate
-MLPMEM_THREADS=1 $M gate configs/quick.yaml --set run_dir=runs/quick-corpus --set memory.vocab=corpus \
+MLPMEM_THREADS=1 $M gate configs/quick.yaml $W512 --set run_dir=runs/quick-corpus --set memory.vocab=corpus \
   --set gate.key_dim=4 --name quick-corpus+key4 --decode-tokens 16 --decode-rounds 21 --report docs/results/gate --quiet
-MLPMEM_THREADS=1 $M gate configs/quick.yaml --set run_dir=runs/quick-corpus --set memory.vocab=corpus \
+MLPMEM_THREADS=1 $M gate configs/quick.yaml $W512 --set run_dir=runs/quick-corpus --set memory.vocab=corpus \
   --decode-tokens 16 --decode-rounds 21 --report docs/results/gate --quiet
 # the negative control with the corpus head
 $M run configs/wikipedia-by-article.yaml --set run_dir=runs/wikipedia-by-article-corpus --set memory.vocab=corpus
