@@ -50,6 +50,8 @@ BIGBENCH = {
     "small": choice_task(3),
     "truthful_qa": choice_task(8, ("the seeds pass through", "a melon grows"), task_prefix="Q: Sky?\nA: Blue.\n"),
     "qa_wikidata": {"examples": [{"input": f"The color of book {i} is", "target": ["green"]} for i in range(5)]},
+    "disfl_qa": {"examples": [{"input": f"Who rang, no, who kept bell {i}?\ncontext: Bell {i % 2} was kept by Ann.",
+                               "target": ["Ann"] if i < 3 else ["unknown"]} for i in range(4)]},
 }
 MC = ["keeper", "family/sub_en"]
 NAMES = ["mlpmem_bb_keeper", "mlpmem_bb_family__sub_en"]
@@ -200,6 +202,9 @@ def test_list_command_writes_every_task_with_its_verdict(env, capsys):
     report = (env / "catalog" / "report.md").read_text()
     assert "4 multiple-choice tasks: 4 fewer than 200 items" in report and "| keeper | 16 |" in report
     assert "4 multiple-choice tasks: 4 fewer than 200 items" in printed
+    assert results["qa_sources"] == {"disfl_qa": {"paragraphs": 2, "questions": 3}, "qa_wikidata": {"facts": 5},
+                                     "truthful_qa": {"items": 8}}
+    assert "| disfl_qa | 2 paragraphs, 3 questions |" in report
 
 
 def test_screen_uses_items_outside_the_evaluated_ones(env, tiny_backbone_dir):

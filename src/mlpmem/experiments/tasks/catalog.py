@@ -40,8 +40,8 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from mlpmem.config import Config
-from mlpmem.errors import ConfigError
-from mlpmem.experiments.qa.bigbench import bigbench_archive
+from mlpmem.errors import ConfigError, CorpusError
+from mlpmem.experiments.qa.bigbench import bigbench_archive, disfl_qa, multiple_choice, qa_wikidata
 from mlpmem.utils.io import cache_root
 
 TASKS_DIR = "/bigbench/benchmark_tasks/"
@@ -145,6 +145,25 @@ def list_multiple_choice(archive: str | Path | None = None) -> list[TaskInfo]:
     cached.parent.mkdir(parents=True, exist_ok=True)
     cached.write_text(json.dumps([asdict(i) for i in infos]))
     return infos
+
+
+QA_SOURCES = ("disfl_qa", "qa_wikidata", "truthful_qa")
+"""The archive's tasks read by the QA suite and the truthfulness check, counted by :func:`source_counts`."""
+
+
+def source_counts(archive: str | Path | None = None) -> dict[str, dict[str, int]]:
+    """How much each of :data:`QA_SOURCES` holds, as its reader sees it (tasks absent from the archive are left
+    out): disfl_qa's paragraphs and answerable questions, qa_wikidata's facts, truthful_qa's single-label items."""
+    readers = {"disfl_qa": lambda: dict(zip(("paragraphs", "questions"), map(len, disfl_qa(archive=archive)))),
+               "qa_wikidata": lambda: {"facts": len(qa_wikidata(archive=archive))},
+               "truthful_qa": lambda: {"items": len(multiple_choice("truthful_qa", archive=archive))}}
+    counts = {}
+    for name in QA_SOURCES:
+        try:
+            counts[name] = readers[name]()
+        except CorpusError:
+            continue  # not in this archive
+    return counts
 
 
 def rejection(info: TaskInfo, rule: SelectionRule | None = None) -> str | None:

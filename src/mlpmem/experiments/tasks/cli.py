@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
-from mlpmem.experiments.tasks.catalog import SelectionRule, list_multiple_choice, rejection
+from mlpmem.experiments.tasks.catalog import SelectionRule, list_multiple_choice, rejection, source_counts
 from mlpmem.experiments.tasks.prepare import TasksConfig, prepare_tasks
 from mlpmem.reporting.tables import markdown_table
 from mlpmem.utils.runtime import set_threads
@@ -36,10 +36,15 @@ def cmd_list(args: argparse.Namespace) -> None:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         command = "mlpmem tasks list" + (" --all" if args.all else "") + f" --out {args.out}"
+        sources = source_counts()
         write_json(out / "results.json", {"command": command, "rule": asdict(rule), "counts": dict(counts),
-                                          "tasks": [{**asdict(i), "verdict": verdicts[i.name]} for i in infos]})
+                                          "tasks": [{**asdict(i), "verdict": verdicts[i.name]} for i in infos],
+                                          "qa_sources": sources})
+        sources_table = markdown_table(["task", "holds"], [[name, ", ".join(f"{n:,} {what}" for what, n in c.items())]
+                                                           for name, c in sources.items()])
         (out / "report.md").write_text(f"# BIG-bench multiple-choice tasks and the selection rule\n\n`{command}`\n\n"
-                                       f"{summary}\n\n{table}\n")
+                                       f"{summary}\n\n{table}\n\n## The tasks the QA suite and the truthfulness "
+                                       f"check read\n\n{sources_table}\n")
 
 
 def cmd_screen(args: argparse.Namespace) -> None:

@@ -7,7 +7,7 @@ Into ``out`` (default ``~/.cache/mlpmem/lm-eval-tasks``, or ``$MLPMEM_CACHE/lm-e
   PMI), up to ``mc_limit`` items each; group ``mlpmem_bigbench``;
 - the truthfulness check (the paper's hallucination question; HaluEval itself is not shipped in any package):
   BIG-bench's TruthfulQA multiple choice, ``mlpmem_bb_truthful_qa`` (one true answer among imitative
-  falsehoods, all 299 items), scored like the nine; group ``mlpmem_truthfulness``;
+  falsehoods, every single-label item), scored like the nine; group ``mlpmem_truthfulness``;
 - the QA suite's generation tasks, the very questions ``mlpmem qa report`` asks (its config's benchmarks,
   seed, sizes, demonstrations and decoding length): ``mlpmem_synthetic`` (test questions of the trained
   entities), ``mlpmem_synthetic_held_out`` (entities in no document), ``mlpmem_disfl_qa``, plus
