@@ -76,3 +76,25 @@ def test_study_names():
     assert [v["layer"] for v in RETRIEVAL_STUDIES["layer"].values()][-1] == 1.0
     with pytest.raises(ConfigError):
         run_study(None, "nope")
+
+
+def test_training_study_reads_the_runs_own_memory_for_its_variant(tiny_run, monkeypatch):
+    import dataclasses
+
+    import mlpmem.experiments.ablation as ablation
+    from mlpmem.pipeline.train import stage_train
+
+    main = stage_train(tiny_run)
+    alpha = tiny_run.cfg.train.alpha
+    studies = {f"alpha={alpha}": {"train.alpha": alpha}, "alpha=0.9": {"train.alpha": 0.9}}
+    monkeypatch.setitem(ablation.STUDIES, "alpha", studies)
+    rows = run_study(tiny_run, "alpha", progress=False)
+    base = tiny_run.path("ablations", "alpha")
+    assert [r["main_run"] for r in rows] == [True, False]
+    assert not (base / f"alpha={alpha}").exists() and (base / "alpha=0.9" / "train").is_dir()
+    assert rows[0]["joint_ppl"] == ablation.kept_evaluation(main)["joint_ppl"]
+    assert "(the run's own memory)" in (base / "results.md").read_text()
+    # another recipe than the one the run's memory was trained with: every variant is trained
+    longer = dataclasses.replace(tiny_run.cfg, train=dataclasses.replace(tiny_run.cfg.train, epochs=2))
+    assert not ablation.trained_as(tiny_run, longer)
+    assert ablation.trained_as(tiny_run, tiny_run.cfg)

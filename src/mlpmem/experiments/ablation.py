@@ -3,7 +3,8 @@
 Training studies (``head-init``, ``vocab``, ``alpha``, ``size``, ``epochs``, ``regularise``): each variant is the
 run's config with some values of its ``memory:`` and ``train:`` sections overridden (head, init, vocabulary,
 size, dropout; alpha, epochs, key noise, weight decay), trained on the run's own datastore and teacher into
-``run_dir/ablations/<study>/<variant>/`` (each with its learning curve).
+``run_dir/ablations/<study>/<variant>/`` (each with its learning curve). The variant equal to the run's own
+finished memory (same memory section and training recipe) is that memory, read rather than trained again.
 
 Retrieval studies (``layer``: the key layer's depth; ``teacher``: the teacher's k and temperature)
 change what the memory is distilled from, so each variant gets its own sub-run
@@ -36,6 +37,7 @@ from mlpmem.pipeline.teacher import stage_teacher, teacher_config
 from mlpmem.pipeline.train import stage_train
 from mlpmem.reporting.plots import pyplot
 from mlpmem.reporting.tables import markdown_table
+from mlpmem.training.config import recipe
 from mlpmem.training.selection import kept_evaluation
 from mlpmem.utils.runtime import set_threads
 from mlpmem.utils.shards import write_json
@@ -81,9 +83,13 @@ def run_study(run, study: str, progress: bool = True) -> list[dict]:
             state = train_retrieval_variant(run, base / _slug(name), overrides)
             rows.append(_row(name, overrides, state))
     for name, overrides in STUDIES.get(study, {}).items():
-        variant = Run.__new__(Run)  # same run folder and loaded backbone, another memory or train section
-        variant.__dict__.update(run.__dict__, cfg=with_overrides(run.cfg, overrides))
-        state = stage_train(variant, out=base / _slug(name))
+        cfg = with_overrides(run.cfg, overrides)
+        if trained_as(run, cfg):  # the run's own memory is this variant: read, not trained again
+            state = {**stage_train(run), "main_run": True}
+        else:
+            variant = Run.__new__(Run)  # same run folder and loaded backbone, another memory or train section
+            variant.__dict__.update(run.__dict__, cfg=cfg)
+            state = stage_train(variant, out=base / _slug(name))
         rows.append(_row(name, {key.split(".")[-1]: value for key, value in overrides.items()}, state))
     write_json(base / "results.json", {"study": study, "config": config_record(run.cfg), "rows": rows})
     (base / "results.md").write_text(study_table(study, rows) + "\n")
@@ -91,10 +97,25 @@ def run_study(run, study: str, progress: bool = True) -> list[dict]:
     return rows
 
 
+def trained_as(run, cfg) -> bool:
+    """Whether the run's own memory finished training under ``cfg``'s memory and train recipe (a variant equal
+    to it would be trained again to the same weights)."""
+    finished = run.layout.train / "train_state.json"
+    if not finished.is_file() or not run.layout.memory.is_dir():
+        return False
+    state = json.loads(finished.read_text())
+    wanted = _as_json({"train": recipe(dataclasses.asdict(cfg.train)), "memory": cfg.memory.to_dict()})
+    return wanted == {"train": recipe(state["config"]), "memory": state.get("memory")}
+
+
+def _as_json(value):
+    return json.loads(json.dumps(value, default=str))
+
+
 def config_record(cfg) -> dict:
     """The pipeline configuration as stored next to a study's results (JSON types), to tell whether they
     belong to the configuration at hand."""
-    return json.loads(json.dumps(cfg.to_dict(), default=str))
+    return _as_json(cfg.to_dict())
 
 
 def with_overrides(cfg, overrides: dict):
@@ -113,7 +134,7 @@ def _row(name: str, overrides: dict, state: dict) -> dict:
     return {"variant": name, **overrides, "memory_ppl": last["memory_ppl"], "joint_ppl": last["joint_ppl"],
             "best_lambda": last["best_lambda"], "backbone_ppl": last["backbone_ppl"],
             "memory_coverage": last.get("memory_coverage", 1.0), "epochs": last["epoch"],
-            "stopped_early": state.get("stopped_early", False),
+            "stopped_early": state.get("stopped_early", False), "main_run": state.get("main_run", False),
             "train_seconds": state["train_seconds"], "trainable_parameters": state["memory_trainable_parameters"]}
 
 
@@ -192,7 +213,8 @@ def build_variant_keystores(variant) -> None:
 def study_table(study: str, rows: list[dict]) -> str:
     header = [f"{study} variant", "validation PPL memory alone", "validation PPL memory + backbone (λ)",
               "epochs (of the weights kept)", "trainable params", "train s"]
-    cells = [[r["variant"], f"{r['memory_ppl']:.3f}" + _coverage(r), f"{r['joint_ppl']:.3f} ({r['best_lambda']})",
+    cells = [[r["variant"] + (" (the run's own memory)" if r.get("main_run") else ""),
+              f"{r['memory_ppl']:.3f}" + _coverage(r), f"{r['joint_ppl']:.3f} ({r['best_lambda']})",
               f"{r.get('epochs', '-')}" + (" (stopped early)" if r.get("stopped_early") else ""),
               f"{r['trainable_parameters']:,}", f"{r['train_seconds']:.0f}"] for r in rows]
     lines = [markdown_table(header, cells)]
