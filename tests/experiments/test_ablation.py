@@ -86,15 +86,25 @@ def test_training_study_reads_the_runs_own_memory_for_its_variant(tiny_run, monk
 
     main = stage_train(tiny_run)
     alpha = tiny_run.cfg.train.alpha
-    studies = {f"alpha={alpha}": {"train.alpha": alpha}, "alpha=0.9": {"train.alpha": 0.9}}
+    studies = {f"alpha={alpha}": {"train.alpha": alpha}, "alpha=0.9": {"train.alpha": 0.9}, "alpha=0.1": {}}
     monkeypatch.setitem(ablation.STUDIES, "alpha", studies)
-    rows = run_study(tiny_run, "alpha", progress=False)
+    rows = run_study(tiny_run, "alpha", progress=False, variants=[f"alpha={alpha}", "alpha=0.9"])
     base = tiny_run.path("ablations", "alpha")
     assert [r["main_run"] for r in rows] == [True, False]
     assert not (base / f"alpha={alpha}").exists() and (base / "alpha=0.9" / "train").is_dir()
+    assert not (base / "alpha=0.1").exists()  # not asked for
     assert rows[0]["joint_ppl"] == ablation.kept_evaluation(main)["joint_ppl"]
     assert "(the run's own memory)" in (base / "results.md").read_text()
     # another recipe than the one the run's memory was trained with: every variant is trained
     longer = dataclasses.replace(tiny_run.cfg, train=dataclasses.replace(tiny_run.cfg.train, epochs=2))
     assert not ablation.trained_as(tiny_run, longer)
     assert ablation.trained_as(tiny_run, tiny_run.cfg)
+
+
+def test_variants_of_a_study():
+    from mlpmem.experiments.ablation import study_variants
+
+    assert list(study_variants("alpha", ["alpha=0.8", "alpha=0.2"])) == ["alpha=0.2", "alpha=0.8"]  # study order
+    assert list(study_variants("teacher", ["k=16"])) == ["k=16"]
+    with pytest.raises(ConfigError, match="no variant 'alpha=0.3'"):
+        study_variants("alpha", ["alpha=0.3"])

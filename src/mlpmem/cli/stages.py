@@ -120,7 +120,7 @@ def ablate(args: argparse.Namespace) -> None:
     with the_run.locked(args.command_line):
         require(the_run, ("datastore", "teacher"))  # the variants train on the run's datastore and teacher
         records.check_upstream(the_run, "train")
-        print(study_table(args.study, run_study(the_run, args.study)))
+        print(study_table(args.study, run_study(the_run, args.study, variants=args.variant or None)))
 
 
 def generate(args: argparse.Namespace) -> None:

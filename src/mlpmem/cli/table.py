@@ -109,7 +109,9 @@ PIPELINE = [
         Arg("--copy-reports", metavar="DIR", help="copy each run's report.md and figures to DIR/<run>/"))),
     Command("ablate", "", f"{STAGES}:ablate", "memory variants of one study, each scored by validation PPL", (
         *RUN, Arg("--study", required=True, choices="mlpmem.experiments.ablation:ALL_STUDIES",
-                       help="the study whose variants are trained"))),
+                       help="the study whose variants are trained"),
+        Arg("--variant", action="append", default=[], metavar="NAME",
+            help="train only this variant of the study (repeatable; default: all)"))),
     Command("gate", "", "mlpmem.cli.gate:gate",
             "train a run's learned mixing gate λ_t and compare it with the fixed λ", (
                 *RUN,

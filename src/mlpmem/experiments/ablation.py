@@ -72,29 +72,41 @@ def _slug(name: str) -> str:
     return "".join(c if c.isalnum() or c in "=.-" else "_" for c in name)
 
 
-def run_study(run, study: str, progress: bool = True) -> list[dict]:
-    """Train every variant of ``study`` and return one row per variant (also written to disk)."""
+def study_variants(study: str, names: list[str] | None = None) -> dict[str, dict]:
+    """The variants of ``study`` (``names``: only those, in the study's order)."""
     if study not in ALL_STUDIES:
         raise ConfigError(f"unknown ablation study {study!r}; choose one of {ALL_STUDIES}")
-    rows = []
+    variants = {**RETRIEVAL_STUDIES, **STUDIES}[study]
+    unknown = sorted(set(names or ()) - set(variants))
+    if unknown:
+        raise ConfigError(f"study {study!r} has no variant {unknown[0]!r}; choose among {list(variants)}")
+    return {name: o for name, o in variants.items() if names is None or name in names}
+
+
+def run_study(run, study: str, progress: bool = True, variants: list[str] | None = None) -> list[dict]:
+    """Train every variant of ``study`` (or those named in ``variants``) and return one row per variant (also
+    written to disk)."""
+    chosen = study_variants(study, variants)
     base = run.path("ablations", study)
-    if study in RETRIEVAL_STUDIES:
-        for name, overrides in RETRIEVAL_STUDIES[study].items():
-            state = train_retrieval_variant(run, base / _slug(name), overrides)
-            rows.append(_row(name, overrides, state))
-    for name, overrides in STUDIES.get(study, {}).items():
-        cfg = with_overrides(run.cfg, overrides)
-        if trained_as(run, cfg):  # the run's own memory is this variant: read, not trained again
-            state = {**stage_train(run), "main_run": True}
-        else:
-            variant = Run.__new__(Run)  # same run folder and loaded backbone, another memory or train section
-            variant.__dict__.update(run.__dict__, cfg=cfg)
-            state = stage_train(variant, out=base / _slug(name))
-        rows.append(_row(name, {key.split(".")[-1]: value for key, value in overrides.items()}, state))
+    rows = [variant_row(run, study, name, overrides, base / _slug(name)) for name, overrides in chosen.items()]
     write_json(base / "results.json", {"study": study, "config": config_record(run.cfg), "rows": rows})
     (base / "results.md").write_text(study_table(study, rows) + "\n")
     plot_study(study, rows, base / "results.png")
     return rows
+
+
+def variant_row(run, study: str, name: str, overrides: dict, folder: Path) -> dict:
+    """Train one variant into ``folder`` (or read the run's own memory where it is that variant): its row."""
+    if study in RETRIEVAL_STUDIES:
+        return _row(name, overrides, train_retrieval_variant(run, folder, overrides))
+    cfg = with_overrides(run.cfg, overrides)
+    if trained_as(run, cfg):  # the run's own memory is this variant: read, not trained again
+        state = {**stage_train(run), "main_run": True}
+    else:
+        variant = Run.__new__(Run)  # same run folder and loaded backbone, another memory or train section
+        variant.__dict__.update(run.__dict__, cfg=cfg)
+        state = stage_train(variant, out=folder)
+    return _row(name, {key.split(".")[-1]: value for key, value in overrides.items()}, state)
 
 
 def trained_as(run, cfg) -> bool:
