@@ -91,6 +91,7 @@ def test_training_study_reads_the_runs_own_memory_for_its_variant(tiny_run, monk
     rows = run_study(tiny_run, "alpha", progress=False, variants=[f"alpha={alpha}", "alpha=0.9"])
     base = tiny_run.path("ablations", "alpha")
     assert [r["main_run"] for r in rows] == [True, False]
+    assert all(r["memory_mass80"] >= 1 for r in rows)  # the kept evaluation's sharpness
     assert not (base / f"alpha={alpha}").exists() and (base / "alpha=0.9" / "train").is_dir()
     assert not (base / "alpha=0.1").exists()  # not asked for
     assert rows[0]["joint_ppl"] == ablation.kept_evaluation(main)["joint_ppl"]

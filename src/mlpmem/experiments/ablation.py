@@ -145,7 +145,8 @@ def _row(name: str, overrides: dict, state: dict) -> dict:
     last = kept_evaluation(state)
     return {"variant": name, **overrides, "memory_ppl": last["memory_ppl"], "joint_ppl": last["joint_ppl"],
             "best_lambda": last["best_lambda"], "backbone_ppl": last["backbone_ppl"],
-            "memory_coverage": last.get("memory_coverage", 1.0), "epochs": last["epoch"],
+            "memory_coverage": last.get("memory_coverage", 1.0), "memory_mass80": last.get("memory_mass80"),
+            "epochs": last["epoch"],
             "stopped_early": state.get("stopped_early", False), "main_run": state.get("main_run", False),
             "train_seconds": state["train_seconds"], "trainable_parameters": state["memory_trainable_parameters"]}
 
@@ -224,9 +225,10 @@ def build_variant_keystores(variant) -> None:
 
 def study_table(study: str, rows: list[dict]) -> str:
     header = [f"{study} variant", "validation PPL memory alone", "validation PPL memory + backbone (λ)",
-              "epochs (of the weights kept)", "trainable params", "train s"]
+              "memory tokens for 80 % of the mass", "epochs (of the weights kept)", "trainable params", "train s"]
     cells = [[r["variant"] + (" (the run's own memory)" if r.get("main_run") else ""),
               f"{r['memory_ppl']:.3f}" + _coverage(r), f"{r['joint_ppl']:.3f} ({r['best_lambda']})",
+              "-" if r.get("memory_mass80") is None else f"{r['memory_mass80']:.1f}",
               f"{r.get('epochs', '-')}" + (" (stopped early)" if r.get("stopped_early") else ""),
               f"{r['trainable_parameters']:,}", f"{r['train_seconds']:.0f}"] for r in rows]
     lines = [markdown_table(header, cells)]
