@@ -96,6 +96,10 @@ def test_training_study_reads_the_runs_own_memory_for_its_variant(tiny_run, monk
     assert not (base / "alpha=0.1").exists()  # not asked for
     assert rows[0]["joint_ppl"] == ablation.kept_evaluation(main)["joint_ppl"]
     assert "(the run's own memory)" in (base / "results.md").read_text()
+    ablation.write_study_report(tiny_run, "alpha", tiny_run.path("docs"), "mlpmem ablate X --study alpha")
+    written = json.loads(tiny_run.path("docs", "results.json").read_text())
+    assert written["command"] == "mlpmem ablate X --study alpha" and len(written["rows"]) == 2
+    assert "(the run's own memory)" in tiny_run.path("docs", "report.md").read_text()
     # another recipe than the one the run's memory was trained with: every variant is trained
     longer = dataclasses.replace(tiny_run.cfg, train=dataclasses.replace(tiny_run.cfg.train, epochs=2))
     assert not ablation.trained_as(tiny_run, longer)

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from mlpmem.errors import MlpmemError
-from mlpmem.experiments.ablation import run_study, study_table
+from mlpmem.experiments.ablation import run_study, study_table, write_study_report
 from mlpmem.inference.augmented_lm import MemoryAugmentedLM
 from mlpmem.inference.gate_io import load_gate
 from mlpmem.pipeline import records, require, run_pipeline, run_stage
@@ -120,7 +120,11 @@ def ablate(args: argparse.Namespace) -> None:
     with the_run.locked(args.command_line):
         require(the_run, ("datastore", "teacher"))  # the variants train on the run's datastore and teacher
         records.check_upstream(the_run, "train")
-        print(study_table(args.study, run_study(the_run, args.study, variants=args.variant or None)))
+        rows = run_study(the_run, args.study, variants=args.variant or None)
+        print(study_table(args.study, rows))
+        if args.out:
+            write_study_report(the_run, args.study, args.out, args.command_line)
+            print(f"report: {Path(args.out) / 'report.md'}")
 
 
 def generate(args: argparse.Namespace) -> None:

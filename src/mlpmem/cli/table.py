@@ -111,7 +111,8 @@ PIPELINE = [
         *RUN, Arg("--study", required=True, choices="mlpmem.experiments.ablation:ALL_STUDIES",
                        help="the study whose variants are trained"),
         Arg("--variant", action="append", default=[], metavar="NAME",
-            help="train only this variant of the study (repeatable; default: all)"))),
+            help="train only this variant of the study (repeatable; default: all)"),
+        Arg("--out", metavar="DIR", help="also write report.md, results.json and the chart to DIR"))),
     Command("gate", "", "mlpmem.cli.gate:gate",
             "train a run's learned mixing gate λ_t and compare it with the fixed λ", (
                 *RUN,

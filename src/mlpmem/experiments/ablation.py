@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import yaml
@@ -107,6 +108,20 @@ def variant_row(run, study: str, name: str, overrides: dict, folder: Path) -> di
         variant.__dict__.update(run.__dict__, cfg=cfg)
         state = stage_train(variant, out=folder)
     return _row(name, {key.split(".")[-1]: value for key, value in overrides.items()}, state)
+
+
+def write_study_report(run, study: str, out: str | Path, command: str) -> None:
+    """The study's last table, chart and rows (as :func:`run_study` wrote them into the run) as ``report.md``,
+    ``results.json`` (with the command) and ``results.png`` in ``out``."""
+    base, out = run.path("ablations", study), Path(out)
+    results = json.loads((base / "results.json").read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "results.json", {"command": command, **results})
+    shutil.copyfile(base / "results.png", out / "results.png")
+    table = (base / "results.md").read_text()
+    (out / "report.md").write_text(f"# Ablation: {study}\n\n`{command}`\n\nRun `{run.dir}`: every variant trained "
+                                   f"on its datastore and teacher, scored on validation.\n\n{table}\n"
+                                   f"![{study}](results.png)\n")
 
 
 def trained_as(run, cfg) -> bool:
