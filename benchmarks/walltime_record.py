@@ -1,0 +1,39 @@
+"""walltime.json for a timed command: wall seconds, GNU time's peak RSS, the machine, the run's stage times."""
+
+import argparse
+import json
+import os
+import platform
+import re
+from pathlib import Path
+
+
+def cpu() -> dict:
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = re.search(r"model name\s*:\s*(.*)", info)
+    flags = set(re.search(r"flags\s*:\s*(.*)", info).group(1).split()) if "flags" in info else set()
+    return {"model": model.group(1) if model else platform.processor(), "cores": os.cpu_count(),
+            "avx512_bf16": "avx512_bf16" in flags, "amx_bf16": "amx_bf16" in flags}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    for name in ("--command", "--time-log", "--run", "--out", "--note"):
+        ap.add_argument(name, required=name != "--note")
+    ap.add_argument("--start", type=int, required=True)
+    ap.add_argument("--end", type=int, required=True)
+    args = ap.parse_args()
+    log = Path(args.time_log).read_text(errors="replace")
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", log)
+    timings = json.loads((Path(args.run) / "timings.json").read_text())
+    record = {"command": args.command, "wall_s": args.end - args.start,
+              "max_rss_mb": int(rss.group(1)) / 1024 if rss else None, "machine": cpu(),
+              "stage_seconds": {stage: t["seconds"] for stage, t in timings.items()}}
+    if args.note:
+        record["note"] = args.note
+    Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
+    print(json.dumps(record, indent=1))
+
+
+if __name__ == "__main__":
+    main()
