@@ -8,7 +8,10 @@ export HF_HUB_OFFLINE=1
 M=.venv/bin/mlpmem
 timed() { local name=$1; shift; local t0=$SECONDS; "$@"; echo "$name demo wall seconds: $((SECONDS - t0))" >> runs/demo-walltimes.txt; }
 mkdir -p runs && rm -f runs/demo-walltimes.txt
-timed full $M demo --mode full                    # Shakespeare by play: the default (configs/default.yaml)
+# Shakespeare by play: the default (configs/default.yaml), from scratch, timed with its stage times; the README
+# quotes docs/results/full-demo-avx2 (a 2-core CPU without native bf16: name the folder after the machine)
+bash benchmarks/demo_walltime.sh full docs/results/full-demo-avx2
+$M summarize runs/default --out docs/results/full-demo-avx2/summary.md --copy-reports docs/results/full-demo-avx2
 timed quick $M demo --mode quick                  # the quick demo (configs/quick.yaml)
 # The quick preset's windows were 512 tokens every 256 until commit "quick preset: windows of 1024 every 768"; the
 # quick-based studies below were measured with those and run on runs/quick-w512, the quick run with them, which
