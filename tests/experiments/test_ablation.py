@@ -113,3 +113,16 @@ def test_variants_of_a_study():
     assert list(study_variants("teacher", ["k=16"])) == ["k=16"]
     with pytest.raises(ConfigError, match="no variant 'alpha=0.3'"):
         study_variants("alpha", ["alpha=0.3"])
+
+
+def test_retrieval_variant_with_the_runs_layer_and_teacher_is_the_runs_memory(tiny_run, monkeypatch):
+    import mlpmem.experiments.ablation as ablation
+    from mlpmem.pipeline.train import stage_train
+
+    stage_train(tiny_run)
+    k = tiny_run.cfg.teacher.k
+    monkeypatch.setitem(ablation.RETRIEVAL_STUDIES, "teacher", {f"k={k}": {"k": k}, "k=2": {"k": 2}})
+    rows = run_study(tiny_run, "teacher", progress=False)
+    assert [r["main_run"] for r in rows] == [True, False]
+    assert not tiny_run.path("ablations", "teacher", f"k={k}").exists()
+    assert tiny_run.path("ablations", "teacher", "k=2", "memory").is_dir()

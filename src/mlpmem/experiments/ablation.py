@@ -207,16 +207,19 @@ def variant_config(run, folder, overrides: dict):
 
 
 def train_retrieval_variant(run, folder, overrides: dict) -> dict:
-    """Keystores (linked if the layer is the main run's), a new teacher, then the memory, all in ``folder``."""
+    """Keystores (linked if the layer is the main run's), a new teacher, then the memory, all in ``folder``; the
+    run's own memory where the variant has the run's layer and teacher."""
     cfg = variant_config(run, folder, overrides)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     model = run.backbone[0]
     shared = set()
     if resolve_layer(model, cfg.backbone.layer) == resolve_layer(model, run.cfg.backbone.layer):
         shared |= {"datastore", "eval"}
         if cfg.teacher == teacher_config(run) and run.layout.teacher.exists():
             shared.add("teacher")  # the main run's teacher, unchanged
+            if trained_as(run, cfg):
+                return {**stage_train(run), "main_run": True}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     variant = variant_run(run, cfg, folder, shared)
     if "datastore" not in shared:
         build_variant_keystores(variant)
