@@ -79,6 +79,20 @@ $M scale-data configs/default.yaml --set memory.vocab=corpus --train-tokens 4000
 mkdir -p docs/results/data-scaling && cp runs/data-scaling/{report.md,results.json,data_scaling.png} docs/results/data-scaling/
 $M ablate configs/default.yaml --set run_dir=runs/data-scaling/runs/train-120000 --set corpus.max_tokens.train=120000 \
   --study vocab
+# the default's recipe ablated at full length on runs/default (README "The default's recipe, ablated at full length")
+D=docs/results/default-ablations
+$M ablate configs/default.yaml --study epochs --out $D/epochs
+$M ablate configs/default.yaml --study size --variant tiny --variant small --out $D/size
+$M ablate configs/default.yaml --study alpha --variant alpha=0.2 --variant alpha=0.4 --out $D/alpha
+$M ablate configs/default.yaml --study regularise --variant none --variant "key noise 0.1" --variant "dropout 0.1" \
+  --variant "weight decay 0.1" --out $D/regularise
+# ... and on test (seeded: trained anew, the variants' memories are the ablation's)
+$M run configs/default.yaml --set run_dir=runs/default-alpha02 --set train.alpha=0.2 --reuse-from runs/default
+$M run configs/default.yaml --set run_dir=runs/default-tiny --set memory.preset=tiny --reuse-from runs/default
+$M run configs/default.yaml --set run_dir=runs/default-tiny-alpha02 --set memory.preset=tiny --set train.alpha=0.2 \
+  --reuse-from runs/default
+$M summarize runs/default runs/default-alpha02 runs/default-tiny runs/default-tiny-alpha02 --out $D/test/summary.md \
+  --copy-reports $D/test
 # the learned gate on the quick run (docs/results/gate): the key-projection variant first, then the default gate
 MLPMEM_THREADS=1 $M gate configs/quick.yaml $W512 --set run_dir=runs/quick-corpus --set memory.vocab=corpus \
   --set gate.key_dim=4 --name quick-corpus+key4 --decode-tokens 16 --decode-rounds 21 --report docs/results/gate --quiet
