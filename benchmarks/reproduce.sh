@@ -86,6 +86,7 @@ $M ablate configs/default.yaml --study size --variant tiny --variant small --out
 $M ablate configs/default.yaml --study alpha --variant alpha=0.2 --variant alpha=0.4 --out $D/alpha
 $M ablate configs/default.yaml --study regularise --variant none --variant "key noise 0.1" --variant "dropout 0.1" \
   --variant "weight decay 0.1" --out $D/regularise
+$M ablate configs/default.yaml --study teacher --variant "k=1024" --variant "k=1024, T=1" --out $D/teacher
 # ... and on test (seeded: trained anew, the variants' memories are the ablation's)
 $M run configs/default.yaml --set run_dir=runs/default-alpha02 --set train.alpha=0.2 --reuse-from runs/default
 $M run configs/default.yaml --set run_dir=runs/default-tiny --set memory.preset=tiny --reuse-from runs/default
