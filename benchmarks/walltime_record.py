@@ -3,17 +3,11 @@
 import argparse
 import json
 import os
-import platform
 import re
 from pathlib import Path
 
-
-def cpu() -> dict:
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    model = re.search(r"model name\s*:\s*(.*)", info)
-    flags = set(re.search(r"flags\s*:\s*(.*)", info).group(1).split()) if "flags" in info else set()
-    return {"model": model.group(1) if model else platform.processor(), "cores": os.cpu_count(),
-            "avx512_bf16": "avx512_bf16" in flags, "amx_bf16": "amx_bf16" in flags}
+from mlpmem.backbone import cpu_has_native_bf16
+from mlpmem.experiments.bench.infer.measure import machine
 
 
 def main() -> None:
@@ -26,8 +20,9 @@ def main() -> None:
     log = Path(args.time_log).read_text(errors="replace")
     rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", log)
     timings = json.loads((Path(args.run) / "timings.json").read_text())
+    host = {**machine(os.cpu_count()), "native_bf16": cpu_has_native_bf16()}  # the bench commands' description
     record = {"command": args.command, "wall_s": args.end - args.start,
-              "max_rss_mb": int(rss.group(1)) / 1024 if rss else None, "machine": cpu(),
+              "max_rss_mb": int(rss.group(1)) / 1024 if rss else None, "machine": host,
               "stage_seconds": {stage: t["seconds"] for stage, t in timings.items()}}
     if args.note:
         record["note"] = args.note

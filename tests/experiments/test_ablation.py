@@ -95,6 +95,7 @@ def test_training_study_reads_the_runs_own_memory_for_its_variant(tiny_run, monk
     assert not (base / f"alpha={alpha}").exists() and (base / "alpha=0.9" / "train").is_dir()
     assert not (base / "alpha=0.1").exists()  # not asked for
     assert rows[0]["joint_ppl"] == ablation.kept_evaluation(main)["joint_ppl"]
+    assert rows[0]["train_seconds"] == main["train_seconds"]  # read again, its training time stands
     assert "(the run's own memory)" in (base / "results.md").read_text()
     ablation.write_study_report(tiny_run, "alpha", tiny_run.path("docs"), "mlpmem ablate X --study alpha")
     written = json.loads(tiny_run.path("docs", "results.json").read_text())

@@ -38,7 +38,7 @@ from mlpmem.pipeline.teacher import stage_teacher, teacher_config
 from mlpmem.pipeline.train import stage_train
 from mlpmem.reporting.plots import pyplot
 from mlpmem.reporting.tables import markdown_table
-from mlpmem.training.config import recipe
+from mlpmem.training.config import trained_with
 from mlpmem.training.selection import kept_evaluation
 from mlpmem.utils.runtime import set_threads
 from mlpmem.utils.shards import write_json
@@ -102,7 +102,7 @@ def variant_row(run, study: str, name: str, overrides: dict, folder: Path) -> di
         return _row(name, overrides, train_retrieval_variant(run, folder, overrides))
     cfg = with_overrides(run.cfg, overrides)
     if trained_as(run, cfg):  # the run's own memory is this variant: read, not trained again
-        state = {**stage_train(run), "main_run": True}
+        state = own_memory_state(run)
     else:
         variant = Run.__new__(Run)  # same run folder and loaded backbone, another memory or train section
         variant.__dict__.update(run.__dict__, cfg=cfg)
@@ -124,25 +124,24 @@ def write_study_report(run, study: str, out: str | Path, command: str) -> None:
                                    f"![{study}](results.png)\n")
 
 
+def own_memory_state(run) -> dict:
+    """The training state of the run's own finished memory (its stage resumes at its end), marked as such."""
+    return {**stage_train(run), "main_run": True}
+
+
 def trained_as(run, cfg) -> bool:
     """Whether the run's own memory finished training under ``cfg``'s memory and train recipe (a variant equal
     to it would be trained again to the same weights)."""
     finished = run.layout.train / "train_state.json"
     if not finished.is_file() or not run.layout.memory.is_dir():
         return False
-    state = json.loads(finished.read_text())
-    wanted = _as_json({"train": recipe(dataclasses.asdict(cfg.train)), "memory": cfg.memory.to_dict()})
-    return wanted == {"train": recipe(state["config"]), "memory": state.get("memory")}
-
-
-def _as_json(value):
-    return json.loads(json.dumps(value, default=str))
+    return trained_with(json.loads(finished.read_text()), dataclasses.asdict(cfg.train), cfg.memory.to_dict())
 
 
 def config_record(cfg) -> dict:
     """The pipeline configuration as stored next to a study's results (JSON types), to tell whether they
     belong to the configuration at hand."""
-    return _as_json(cfg.to_dict())
+    return json.loads(json.dumps(cfg.to_dict(), default=str))
 
 
 def with_overrides(cfg, overrides: dict):
@@ -217,7 +216,7 @@ def train_retrieval_variant(run, folder, overrides: dict) -> dict:
         if cfg.teacher == teacher_config(run) and run.layout.teacher.exists():
             shared.add("teacher")  # the main run's teacher, unchanged
             if trained_as(run, cfg):
-                return {**stage_train(run), "main_run": True}
+                return own_memory_state(run)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     variant = variant_run(run, cfg, folder, shared)

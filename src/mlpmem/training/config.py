@@ -6,6 +6,7 @@ What the memory *is* (its depth, width, head and initialisation) is the pipeline
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import ClassVar, Literal
 
@@ -92,3 +93,12 @@ def recipe(config: dict) -> dict:
     """A train config (as a dict) without its :data:`RUNTIME_KEYS`: what a checkpoint must agree with. Keys
     missing from it (a checkpoint written before they existed) read as their defaults."""
     return {k: v for k, v in {**asdict(TrainConfig()), **config}.items() if k not in RUNTIME_KEYS}
+
+
+def trained_with(state: dict, config: dict, memory_spec: dict | None) -> bool:
+    """Whether a trainer ``state`` (a checkpoint's or a finished run's) was trained under the recipe of ``config``
+    (a train config as a dict) and the memory section ``memory_spec``, compared as their JSON forms."""
+    def as_json(value):
+        return json.loads(json.dumps(value, default=str))
+
+    return as_json([recipe(state["config"]), state.get("memory")]) == as_json([recipe(config), memory_spec])

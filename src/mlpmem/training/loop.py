@@ -31,7 +31,7 @@ from mlpmem.backbone import autocast, resolve_precision
 from mlpmem.errors import ConfigError
 from mlpmem.memory.model import MLPMemory
 from mlpmem.training.checkpoint import flat_moments, load_checkpoint, recover_checkpoint, save_checkpoint
-from mlpmem.training.config import TrainConfig, recipe
+from mlpmem.training.config import TrainConfig, trained_with
 from mlpmem.training.data import EvalData, TrainData, epoch_order, evaluate, rank_rows
 from mlpmem.training.fused_loss import DEFAULT_CHUNK as FUSED_CHUNK
 from mlpmem.training.fused_loss import fused_head_loss
@@ -174,7 +174,9 @@ def _finish(loop: _Loop, memory: MLPMemory, cfg: TrainConfig, out_dir: Path, sta
     loop.accelerator.wait_for_everyone()  # process 0 wrote best/
     if restored:
         restore_best(memory, out_dir / BEST)
-    seconds = time.perf_counter() - t_start
+    # the time to the last step, as its checkpoint recorded it: a finished run resumed again (no step taken)
+    # keeps the seconds it was trained in instead of adding the time it took to read it
+    seconds = state["train_seconds"] if step == state["step"] else time.perf_counter() - t_start
     state.update(step=step, train_seconds=seconds, tokens_per_s=step * cfg.batch_size / max(seconds, 1e-9),
                  processes=loop.accelerator.num_processes, stopped_early=state["stopped"] and step < total,
                  restored_best=restored)
@@ -209,7 +211,7 @@ def resume_state(accelerator, ckpt: Path, memory: MLPMemory, optimizer: torch.op
     accelerator.wait_for_everyone()
     if (ckpt / "trainer_state.json").exists():
         state = load_checkpoint(ckpt, memory, optimizer)
-        if recipe(state["config"]) != recipe(config) or state.get("memory") != memory_spec:
+        if not trained_with(state, config, memory_spec):
             raise ConfigError(f"checkpoint {ckpt} was trained with another train config or memory section; "
                               "use another folder")
         state["config"] = config  # a checkpoint resumes under any sharding and number of processes

@@ -147,20 +147,21 @@ def list_multiple_choice(archive: str | Path | None = None) -> list[TaskInfo]:
     return infos
 
 
-QA_SOURCES = ("disfl_qa", "qa_wikidata", "truthful_qa")
+QA_SOURCES = {  # task -> what its reader gives, counted
+    "disfl_qa": lambda archive: dict(zip(("paragraphs", "questions"), map(len, disfl_qa(archive=archive)))),
+    "qa_wikidata": lambda archive: {"facts": len(qa_wikidata(archive=archive))},
+    "truthful_qa": lambda archive: {"items": len(multiple_choice("truthful_qa", archive=archive))},
+}
 """The archive's tasks read by the QA suite and the truthfulness check, counted by :func:`source_counts`."""
 
 
 def source_counts(archive: str | Path | None = None) -> dict[str, dict[str, int]]:
     """How much each of :data:`QA_SOURCES` holds, as its reader sees it (tasks absent from the archive are left
     out): disfl_qa's paragraphs and answerable questions, qa_wikidata's facts, truthful_qa's single-label items."""
-    readers = {"disfl_qa": lambda: dict(zip(("paragraphs", "questions"), map(len, disfl_qa(archive=archive)))),
-               "qa_wikidata": lambda: {"facts": len(qa_wikidata(archive=archive))},
-               "truthful_qa": lambda: {"items": len(multiple_choice("truthful_qa", archive=archive))}}
     counts = {}
-    for name in QA_SOURCES:
+    for name, count in QA_SOURCES.items():
         try:
-            counts[name] = readers[name]()
+            counts[name] = count(archive)
         except CorpusError:
             continue  # not in this archive
     return counts
