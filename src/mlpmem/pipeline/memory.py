@@ -15,8 +15,10 @@ from mlpmem.errors import ConfigError
 
 @dataclass
 class MemorySection(Config):
-    preset: Literal["tiny", "small", "base", "large"] = "small"
-    """Depth preset: tiny (2 blocks), small (4), base (8, the paper's), large (15); widths are the backbone's."""
+    preset: Literal["tiny", "small", "base", "large"] = "tiny"
+    """Depth preset: tiny (2 blocks), small (4), base (8, the paper's), large (15); widths are the backbone's.
+    ``tiny`` is the default's measured best at a few hundred thousand training tokens
+    (docs/results/default-ablations); a corpus many times larger may feed a deeper memory."""
     num_layers: int | None = None
     """Blocks, overriding the preset's depth."""
     intermediate_size: int | None = None
