@@ -8,8 +8,13 @@ export HF_HUB_OFFLINE=1
 M=.venv/bin/mlpmem
 timed() { local name=$1; shift; local t0=$SECONDS; "$@"; echo "$name demo wall seconds: $((SECONDS - t0))" >> runs/demo-walltimes.txt; }
 mkdir -p runs && rm -f runs/demo-walltimes.txt
+# The default's memory was `small` (4 blocks) with α = 0.4 until the full-length ablations below chose `tiny` with
+# α = 0.2; every result measured before that switch is reproduced with OLD on the default's datastore, in
+# runs/default-small-a04 (the same datastore, kNN-LM and teacher as runs/default, taken with --reuse-from)
+OLD="--set memory.preset=small --set train.alpha=0.4"
 # Shakespeare by play: the default (configs/default.yaml), from scratch, timed with its stage times; the README
-# quotes docs/results/full-demo-avx2 (a 2-core CPU without native bf16: name the folder after the machine)
+# quotes docs/results/full-demo-avx2 (a 2-core CPU without native bf16: name the folder after the machine), timed
+# with the earlier recipe (`small`, α = 0.4)
 bash benchmarks/demo_walltime.sh full docs/results/full-demo-avx2
 $M summarize runs/default --out docs/results/full-demo-avx2/summary.md --copy-reports docs/results/full-demo-avx2
 timed quick $M demo --mode quick                  # the quick demo (configs/quick.yaml)
@@ -23,10 +28,11 @@ mkdir -p runs/quick-full && cp -al runs/quick-w512/{datastore,eval,teacher,knnlm
 $M run configs/quick.yaml $W512 --set run_dir=runs/quick-full --set memory.vocab=full
 $M run configs/wikipedia-by-article.yaml          # negative control: the backbone already knows Wikipedia
 for s in datastore knnlm; do $M $s configs/wikipedia-within-article.yaml; done
-# the default with the blocks initialised from the backbone, on the default's datastore and teacher (hard links)
-mkdir -p runs/default-init-backbone
-cp -al runs/default/{datastore,eval,teacher,knnlm} runs/default-init-backbone/ 2>/dev/null || true
-$M run configs/default.yaml --set run_dir=runs/default-init-backbone --set memory.init=backbone
+# the default at its earlier recipe, whose memory the studies below were measured against
+$M run configs/default.yaml $OLD --set run_dir=runs/default-small-a04 --reuse-from runs/default
+# the default with the blocks initialised from the backbone, on the default's datastore and teacher
+$M run configs/default.yaml $OLD --set run_dir=runs/default-init-backbone --set memory.init=backbone \
+  --reuse-from runs/default
 # tied/untied head x backbone/random init (README's table: measured at commit 57bcc69, fp32 passes)
 $M ablate configs/quick.yaml $W512 --set run_dir=runs/quick-full --set memory.vocab=full --study head-init \
   --set train.epochs=1
@@ -34,7 +40,7 @@ $M summarize runs/default runs/wikipedia-within-article runs/wikipedia-by-articl
   --out docs/results/summary.md --copy-reports docs/results
 # runs/default-fp32-init-backbone is `mlpmem run configs/default.yaml` at commit 57bcc69 (fp32, backbone init)
 if [ -d runs/default-fp32-init-backbone ]; then
-  $M summarize runs/default runs/default-init-backbone runs/default-fp32-init-backbone \
+  $M summarize runs/default-small-a04 runs/default-init-backbone runs/default-fp32-init-backbone \
     --out docs/results/init-precision/summary.md
 fi
 # the BIG-bench multiple-choice tasks and the selection rule's verdicts (docs/lm-eval.md)
@@ -42,9 +48,10 @@ $M tasks list --all --out docs/results/tasks-catalog
 # knowledge QA, the no-regression battery and the QA-scale ablations (docs/qa.md, docs/results/qa/)
 $M qa report configs/qa/report.yaml
 # speed (docs/speed.md, docs/results/speed/): run on an otherwise idle machine
-$M bench infer configs/default.yaml --out runs/bench/infer
-$M bench infer configs/default.yaml --methods backbone,memory,knnlm,rag,knnlm-exact --out runs/bench/infer-1m
-$M bench offline configs/default.yaml --out runs/bench/offline-idle
+$M bench infer configs/default.yaml $OLD --set run_dir=runs/default-small-a04 --out runs/bench/infer
+$M bench infer configs/default.yaml $OLD --set run_dir=runs/default-small-a04 --methods backbone,memory,knnlm,rag,knnlm-exact \
+  --out runs/bench/infer-1m
+$M bench offline configs/default.yaml $OLD --set run_dir=runs/default-small-a04 --out runs/bench/offline-idle
 $M bench offline configs/quick.yaml --out runs/bench/offline-fused --teacher-queries 0 --quiet
 # scale (docs/scale.md, docs/results/scale/)
 $M bench scale configs/quick.yaml --tokens 4096 --sizes 60000,240000 --train-steps 30 --out runs/scale-idle \
@@ -75,27 +82,31 @@ $M bench offline configs/quick.yaml $W512 --out runs/bench/offline-vocab --teach
 cp runs/bench/offline-vocab/bench-report.md docs/results/speed/offline-vocab.md
 cp runs/bench/offline-vocab/bench-results.json docs/results/speed/offline-vocab-results.json
 # quality against the training corpus's size (same recipe, nested training caps, the default's validation and test)
-$M scale-data configs/default.yaml --set memory.vocab=corpus --train-tokens 40000,80000,120000 --out runs/data-scaling
+$M scale-data configs/default.yaml $OLD --set memory.vocab=corpus --train-tokens 40000,80000,120000 --out runs/data-scaling
 mkdir -p docs/results/data-scaling && cp runs/data-scaling/{report.md,results.json,data_scaling.png} docs/results/data-scaling/
-$M ablate configs/default.yaml --set run_dir=runs/data-scaling/runs/train-120000 --set corpus.max_tokens.train=120000 \
-  --study vocab
-# the default's recipe ablated at full length on runs/default (README "The default's recipe, ablated at full length")
+$M ablate configs/default.yaml $OLD --set run_dir=runs/data-scaling/runs/train-120000 \
+  --set corpus.max_tokens.train=120000 --study vocab
+# the default's recipe ablated at full length (README "The default's recipe, ablated at full length"), measured on
+# the earlier recipe's run (in the reports its row is `default`, the folder's name then)
 D=docs/results/default-ablations
-$M ablate configs/default.yaml --study epochs --out $D/epochs
-$M ablate configs/default.yaml --study size --variant tiny --variant small --out $D/size
-$M ablate configs/default.yaml --study alpha --variant alpha=0.2 --variant alpha=0.4 --out $D/alpha
-$M ablate configs/default.yaml --study regularise --variant none --variant "key noise 0.1" --variant "dropout 0.1" \
+A="$OLD --set run_dir=runs/default-small-a04"
+$M ablate configs/default.yaml $A --study epochs --out $D/epochs
+$M ablate configs/default.yaml $A --study size --variant tiny --variant small --out $D/size
+$M ablate configs/default.yaml $A --study alpha --variant alpha=0.2 --variant alpha=0.4 --out $D/alpha
+$M ablate configs/default.yaml $A --study regularise --variant none --variant "key noise 0.1" --variant "dropout 0.1" \
   --variant "weight decay 0.1" --out $D/regularise
-$M ablate configs/default.yaml --study teacher --variant "k=1024" --variant "k=1024, T=1" --out $D/teacher
+$M ablate configs/default.yaml $A --study teacher --variant "k=1024" --variant "k=1024, T=1" --out $D/teacher
 # ... and on test (seeded: trained anew, the variants' memories are the ablation's)
-$M run configs/default.yaml --set run_dir=runs/default-alpha02 --set train.alpha=0.2 --reuse-from runs/default
-$M run configs/default.yaml --set run_dir=runs/default-tiny --set memory.preset=tiny --reuse-from runs/default
+$M run configs/default.yaml --set run_dir=runs/default-alpha02 --set memory.preset=small --set train.alpha=0.2 \
+  --reuse-from runs/default
+$M run configs/default.yaml --set run_dir=runs/default-tiny --set memory.preset=tiny --set train.alpha=0.4 \
+  --reuse-from runs/default
 $M run configs/default.yaml --set run_dir=runs/default-tiny-alpha02 --set memory.preset=tiny --set train.alpha=0.2 \
   --reuse-from runs/default
-$M summarize runs/default runs/default-alpha02 runs/default-tiny runs/default-tiny-alpha02 --out $D/test/summary.md \
-  --copy-reports $D/test
-# a second seed of the shipped recipe and of tiny + α = 0.2
-$M run configs/default.yaml --set run_dir=runs/default-seed1 --set train.seed=1 --reuse-from runs/default
+$M summarize runs/default-small-a04 runs/default-alpha02 runs/default-tiny runs/default-tiny-alpha02 \
+  --out $D/test/summary.md --copy-reports $D/test
+# a second seed of the earlier recipe and of tiny + α = 0.2
+$M run configs/default.yaml $OLD --set run_dir=runs/default-seed1 --set train.seed=1 --reuse-from runs/default
 $M run configs/default.yaml --set run_dir=runs/default-tiny-alpha02-seed1 --set memory.preset=tiny --set train.alpha=0.2 \
   --set train.seed=1 --reuse-from runs/default
 $M summarize runs/default-seed1 runs/default-tiny-alpha02-seed1 --out $D/test-seed1/summary.md --copy-reports $D/test-seed1
@@ -105,20 +116,24 @@ MLPMEM_THREADS=1 $M gate configs/quick.yaml $W512 --set run_dir=runs/quick-corpu
 MLPMEM_THREADS=1 $M gate configs/quick.yaml $W512 --set run_dir=runs/quick-corpus --set memory.vocab=corpus \
   --decode-tokens 16 --decode-rounds 21 --report docs/results/gate --quiet
 # the negative control with the corpus head
-$M run configs/wikipedia-by-article.yaml --set run_dir=runs/wikipedia-by-article-corpus --set memory.vocab=corpus
+# (the recipe the config had then: fp32, backbone-initialised `small` blocks, α = 0.4)
+WOLD="$OLD --set backbone.precision=fp32 --set memory.init=backbone --set train.precision=fp32"
+$M run configs/wikipedia-by-article.yaml $WOLD --set run_dir=runs/wikipedia-by-article-corpus --set memory.vocab=corpus
 # the gate on the full default, and the gate against the fixed λ on QA and the no-regression checks
-MLPMEM_THREADS=1 $M gate configs/default.yaml --decode-tokens 16 --decode-rounds 21 --report docs/results/gate --quiet
-MLPMEM_THREADS=1 $M gate configs/wikipedia-by-article.yaml --set run_dir=runs/wikipedia-by-article-corpus --set memory.vocab=corpus \
+MLPMEM_THREADS=1 $M gate configs/default.yaml $OLD --set run_dir=runs/default-small-a04 --decode-tokens 16 \
+  --decode-rounds 21 --report docs/results/gate --quiet
+MLPMEM_THREADS=1 $M gate configs/wikipedia-by-article.yaml $WOLD --set run_dir=runs/wikipedia-by-article-corpus \
+  --set memory.vocab=corpus \
   --decode-tokens 0 --report docs/results/gate --quiet
 $M qa report configs/qa/gate.yaml --no-ablations
 # the default (corpus head) as the fourth size of the data-scaling series: its run folder linked in, reused
-[ -e runs/data-scaling/runs/train-all ] || cp -al runs/default runs/data-scaling/runs/train-all
-$M scale-data configs/default.yaml --train-tokens 40000,80000,120000,0 --out runs/data-scaling
+[ -e runs/data-scaling/runs/train-all ] || cp -al runs/default-small-a04 runs/data-scaling/runs/train-all
+$M scale-data configs/default.yaml $OLD --train-tokens 40000,80000,120000,0 --out runs/data-scaling
 cp runs/data-scaling/{report.md,results.json,data_scaling.png} docs/results/data-scaling/
 $M summarize runs/default --out /tmp/summary-default.md --copy-reports docs/results
 # the same recipe up to all the shipped Shakespeare: 35 training plays (~1.42M tokens; the default's 8 plays are its
 # first 307,620 tokens), the default's validation and test plays; hours on 2 cores, every stage resumes
-$M scale-data configs/default.yaml --set corpus.options.n_train=35 --train-tokens 40000,80000,120000,307620,0 \
+$M scale-data configs/default.yaml $OLD --set corpus.options.n_train=35 --train-tokens 40000,80000,120000,307620,0 \
   --out runs/data-scaling-35 --quiet
 mkdir -p docs/results/data-scaling-35 && cp runs/data-scaling-35/{report.md,results.json,data_scaling.png} docs/results/data-scaling-35/
 $M summarize runs/data-scaling-35/runs/train-* --copy-reports docs/results/data-scaling-35
