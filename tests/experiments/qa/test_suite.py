@@ -372,3 +372,19 @@ def test_a_battery_file_is_scored_again_when_its_memory_or_arguments_change(tmp_
     assert _scored_with(cfg, "memory") != first["memory"] and _scored_with(cfg, "knnlm") == first["knnlm"]
     (bench / "methods" / "memory.json").write_text(json.dumps({"lambda": 0.35}))  # another λ chosen
     assert _scored_with(cfg, "memory")["model_args"].endswith("lam=0.35")
+
+
+def test_a_benchmarks_pipeline_set_overrides_its_memory_recipe(tmp_path):
+    """``benchmarks.NAME.pipeline_set`` reaches the benchmark's memory run, after the suite's own settings."""
+    from mlpmem.errors import ConfigError
+    from mlpmem.experiments.qa.runner import Context
+
+    bench = {"pipeline": "configs/qa-synthetic.yaml", "options": {"num_entities": 8, "seed": 0},
+             "tune_questions": 2, "test_questions": 2, "pipeline_set": ["train.alpha=0.3", "memory.preset=base"]}
+    cfg = QASuiteConfig(out_dir=str(tmp_path), benchmarks={"synthetic": bench})
+    run = Context(cfg, "synthetic", (None, None), progress=False).run
+    assert (run.cfg.train.alpha, run.cfg.memory.preset) == (0.3, "base")
+    assert run.dir == tmp_path / "synthetic" / "memory-run"
+    bad = QASuiteConfig(out_dir=str(tmp_path), benchmarks={"synthetic": {**bench, "pipeline_set": ["train.alpha=2"]}})
+    with pytest.raises(ConfigError, match="alpha"):
+        Context(bad, "synthetic", (None, None), progress=False)

@@ -27,6 +27,8 @@ NO_REGRESSION_METHODS = ("backbone", "knnlm", "cpt", "lora", "memory", "memory-g
 class BenchmarkConfig(Config):
     pipeline: str
     """PipelineConfig YAML of this benchmark's memory (its run_dir and corpus.path are set by the suite)."""
+    pipeline_set: list[str] = field(default_factory=list)
+    """``KEY=VALUE`` overrides of that YAML (as ``--set`` gives them), e.g. ``["train.alpha=0.2"]``."""
     options: dict = field(default_factory=dict)
     """Generator options: SyntheticConfig fields, or ``max_paragraphs`` / ``heldout_paragraphs`` for disfl_qa."""
     tune_questions: int = 80

@@ -58,7 +58,7 @@ class Context:
         self.data = prepare_data(name, self.bench, self.dir / "data", cfg.seed)
         pcfg = PipelineConfig.from_yaml(self.bench.pipeline, [f"run_dir={self.dir / 'memory-run'}",
                                                               f"corpus.path={self.data / 'corpus'}",
-                                                              "corpus.name=null"])
+                                                              "corpus.name=null", *self.bench.pipeline_set])
         self.run = Run(pcfg, progress)
         self.run._backbone = backbone
         self.backbone = backbone
