@@ -6,8 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1
 M=.venv/bin/mlpmem
-timed() { local name=$1; shift; local t0=$SECONDS; "$@"; echo "$name demo wall seconds: $((SECONDS - t0))" >> runs/demo-walltimes.txt; }
-mkdir -p runs && rm -f runs/demo-walltimes.txt
+mkdir -p runs
 # The default's memory was `small` (4 blocks) with α = 0.4 until the full-length ablations below chose `tiny` with
 # α = 0.2; every result measured before that switch is reproduced with OLD on the default's datastore, in
 # runs/default-small-a04 (the same datastore, kNN-LM and teacher as runs/default, taken with --reuse-from)
@@ -17,7 +16,10 @@ OLD="--set memory.preset=small --set train.alpha=0.4"
 # with the earlier recipe (`small`, α = 0.4)
 bash benchmarks/demo_walltime.sh full docs/results/full-demo-avx2
 $M summarize runs/default --out docs/results/full-demo-avx2/summary.md --copy-reports docs/results/full-demo-avx2
-timed quick $M demo --mode quick                  # the quick demo (configs/quick.yaml)
+# the quick demo (configs/quick.yaml), timed the same way; then its memory recipe, depth x α (docs/results/quick-recipe)
+bash benchmarks/demo_walltime.sh quick docs/results/quick-demo-avx2
+$M summarize runs/quick --out docs/results/quick-demo-avx2/summary.md --copy-reports docs/results/quick-demo-avx2
+bash benchmarks/quick_recipe.sh
 # The quick preset's windows were 512 tokens every 256 until commit "quick preset: windows of 1024 every 768"; the
 # quick-based studies below were measured with those and run on runs/quick-w512, the quick run with them, which
 # benchmarks/quick_windows.sh builds beside the current quick run (docs/results/quick-windows).
