@@ -82,7 +82,8 @@ def test_changed_train_settings_are_refused_then_retrained_on_request(run, capsy
     folder, cli = run
     before = files(folder)
     assert cli("run", "--set", "train.lr=0.03", "--set", "train.epochs=1") == 2
-    one_line_error(capsys, "memory", "train.epochs=2", "train.epochs=1", "mlpmem train", "--rebuild")
+    one_line_error(capsys, "memory", "train.epochs=2", "train.epochs=1", "mlpmem train", "--rebuild",
+                   f"--reuse-from {folder}")
     assert files(folder) == before  # memory, results.json and config.yaml are the old run's, and say so
     assert cli("train", "--rebuild", "--set", "train.lr=0.03", "--set", "train.epochs=1") == 0
     assert cli("run", "--set", "train.lr=0.03", "--set", "train.epochs=1") == 0

@@ -122,7 +122,9 @@ def hint(run: Run, stage: str) -> str:
         return f"rebuild the run with `mlpmem run {config} --rebuild`, or set run_dir to a new folder"
     if stage in KEPT:
         verb = "retrain" if stage == "train" else "rebuild"
-        return f"{verb} it with `mlpmem {stage} {config} --rebuild`, or set run_dir to a new folder"
+        keep = "" if stage == "teacher" else " and the teacher"
+        return (f"{verb} it with `mlpmem {stage} {config} --rebuild`, or give it a new folder that keeps this one's "
+                f"datastore{keep}: `mlpmem run {config} --set run_dir=NEW --reuse-from {run.dir}`")
     return f"run `mlpmem {'eval' if stage == 'eval' else 'knnlm'} {config}`"
 
 
