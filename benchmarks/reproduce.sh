@@ -29,6 +29,12 @@ bash benchmarks/quick_windows.sh
 mkdir -p runs/quick-full && cp -al runs/quick-w512/{datastore,eval,teacher,knnlm,tokens} runs/quick-full/ 2>/dev/null || true
 $M run configs/quick.yaml $W512 --set run_dir=runs/quick-full --set memory.vocab=full
 $M run configs/wikipedia-by-article.yaml          # negative control: the backbone already knows Wikipedia
+# ... and at the recipe its config had until the default took `tiny` with α = 0.2 (fp32, backbone-initialised
+# `small` blocks, full head, α = 0.4)
+WOLD="$OLD --set backbone.precision=fp32 --set memory.init=backbone --set train.precision=fp32"
+$M run configs/wikipedia-by-article.yaml $WOLD --set memory.vocab=full --set run_dir=runs/wikipedia-by-article-small-a04
+$M summarize runs/wikipedia-by-article runs/wikipedia-by-article-small-a04 --out /tmp/summary-wikipedia.md \
+  --copy-reports docs/results
 for s in datastore knnlm; do $M $s configs/wikipedia-within-article.yaml; done
 # the default at its earlier recipe, whose memory the studies below were measured against
 $M run configs/default.yaml $OLD --set run_dir=runs/default-small-a04 --reuse-from runs/default
@@ -118,8 +124,7 @@ MLPMEM_THREADS=1 $M gate configs/quick.yaml $W512 --set run_dir=runs/quick-corpu
 MLPMEM_THREADS=1 $M gate configs/quick.yaml $W512 --set run_dir=runs/quick-corpus --set memory.vocab=corpus \
   --decode-tokens 16 --decode-rounds 21 --report docs/results/gate --quiet
 # the negative control with the corpus head
-# (the recipe the config had then: fp32, backbone-initialised `small` blocks, α = 0.4)
-WOLD="$OLD --set backbone.precision=fp32 --set memory.init=backbone --set train.precision=fp32"
+# (the recipe the config had then: WOLD above)
 $M run configs/wikipedia-by-article.yaml $WOLD --set run_dir=runs/wikipedia-by-article-corpus --set memory.vocab=corpus
 # the gate on the full default, and the gate against the fixed λ on QA and the no-regression checks
 MLPMEM_THREADS=1 $M gate configs/default.yaml $OLD --set run_dir=runs/default-small-a04 --decode-tokens 16 \
