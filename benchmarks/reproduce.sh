@@ -146,3 +146,5 @@ mkdir -p docs/results/data-scaling-35 && cp runs/data-scaling-35/{report.md,resu
 $M summarize runs/data-scaling-35/runs/train-* --copy-reports docs/results/data-scaling-35
 # update / forget / explain on synthetic facts (docs/results/update)
 MLPMEM_THREADS=1 $M update-study configs/maintenance/study.yaml --out runs/update-study --quiet
+# a Shakespeare run updated with plays it did not see (docs/results/update-text), on the quick run of its time
+$M update-text runs/quick-w512 --out runs/update-text --docs docs/results/update-text
