@@ -127,8 +127,7 @@ MLPMEM_THREADS=1 $M gate configs/quick.yaml $W512 --set run_dir=runs/quick-corpu
 # (the recipe the config had then: WOLD above)
 $M run configs/wikipedia-by-article.yaml $WOLD --set run_dir=runs/wikipedia-by-article-corpus --set memory.vocab=corpus
 # the gate on the full default, and the gate against the fixed λ on QA and the no-regression checks
-MLPMEM_THREADS=1 $M gate configs/default.yaml $OLD --set run_dir=runs/default-small-a04 --decode-tokens 16 \
-  --decode-rounds 21 --report docs/results/gate --quiet
+MLPMEM_THREADS=1 $M gate configs/default.yaml --decode-tokens 16 --decode-rounds 21 --report docs/results/gate --quiet
 MLPMEM_THREADS=1 $M gate configs/wikipedia-by-article.yaml $WOLD --set run_dir=runs/wikipedia-by-article-corpus \
   --set memory.vocab=corpus \
   --decode-tokens 0 --report docs/results/gate --quiet
