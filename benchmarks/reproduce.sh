@@ -23,7 +23,8 @@ bash benchmarks/quick_recipe.sh
 # The quick preset's windows were 512 tokens every 256 until commit "quick preset: windows of 1024 every 768"; the
 # quick-based studies below were measured with those and run on runs/quick-w512, the quick run with them, which
 # benchmarks/quick_windows.sh builds beside the current quick run (docs/results/quick-windows).
-W512="--set corpus.block_size=512 --set corpus.stride=256"
+# (and with the memory the quick preset had then, OLD)
+W512="--set corpus.block_size=512 --set corpus.stride=256 $OLD"
 bash benchmarks/quick_windows.sh
 # ... and with the full vocabulary head, the quick preset's head until the corpus head became the default
 mkdir -p runs/quick-full && cp -al runs/quick-w512/{datastore,eval,teacher,knnlm,tokens} runs/quick-full/ 2>/dev/null || true
@@ -60,7 +61,7 @@ $M bench infer configs/default.yaml $OLD --set run_dir=runs/default-small-a04 --
 $M bench infer configs/default.yaml $OLD --set run_dir=runs/default-small-a04 --methods backbone,memory,knnlm,rag,knnlm-exact \
   --out runs/bench/infer-1m
 $M bench offline configs/default.yaml $OLD --set run_dir=runs/default-small-a04 --out runs/bench/offline-idle
-$M bench offline configs/quick.yaml --out runs/bench/offline-fused --teacher-queries 0 --quiet
+$M bench offline configs/quick.yaml $OLD --out runs/bench/offline-fused --teacher-queries 0 --quiet
 # scale (docs/scale.md, docs/results/scale/)
 $M bench scale configs/quick.yaml --tokens 4096 --sizes 60000,240000 --train-steps 30 --out runs/scale-idle \
   --docs docs/results/scale

@@ -34,7 +34,7 @@ import functools
 import json
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +63,8 @@ from mlpmem.training.loop import train_memory
 
 @dataclass
 class OfflineBenchConfig(Config):
+    overrides: list[str] = field(default_factory=list)
+    """``KEY=VALUE`` overrides of the measured run's config (``--set``), e.g. another memory recipe."""
     train_tokens: int = 24_000
     """Cap of the training split (keys, teacher and training run on it)."""
     eval_tokens: int = 2_048
@@ -278,7 +280,7 @@ def _agreement(reference: list, other: list) -> dict:
 
 def bench_run(config_path: str, cfg: OfflineBenchConfig, progress: bool = True):
     """A Run on the config's corpus capped to the bench slice, in ``cfg.out_dir``."""
-    rc = PipelineConfig.from_yaml(config_path)
+    rc = PipelineConfig.from_yaml(config_path, cfg.overrides)
     source_dir = rc.run_dir
     if Path(cfg.out_dir).resolve() == Path(source_dir).resolve():
         raise ConfigError(f"bench offline rebuilds its folder: out_dir must not be the run's own {source_dir}")

@@ -19,6 +19,8 @@ FALLBACK_LAMBDA = {"memory": 0.3, "knnlm": 0.2}  # timed instead of a chosen λ 
 
 @dataclass
 class InferBenchConfig(Config):
+    overrides: list[str] = field(default_factory=list)
+    """``KEY=VALUE`` overrides of the measured run's config (``--set``), e.g. another ``run_dir``."""
     prompt_tokens: int = 256
     new_tokens: int = 32
     batch_sizes: list[int] = field(default_factory=lambda: [1, 4])

@@ -28,7 +28,7 @@ from mlpmem.pipeline.config import PipelineConfig
 def run_bench(config_path: str, cfg: InferBenchConfig, progress: bool = True) -> dict:
     """Every method of ``cfg.methods`` (and the ladder) timed on the run of ``config_path``; the results dict."""
     n_threads = threads(cfg.threads)
-    run_cfg = PipelineConfig.from_yaml(config_path)
+    run_cfg = PipelineConfig.from_yaml(config_path, cfg.overrides)
     run_dir = Path(run_cfg.run_dir)
     backbone = load_backbone(run_cfg.backbone.name)
     model, tokenizer = backbone
