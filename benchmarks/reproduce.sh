@@ -119,6 +119,8 @@ $M run configs/default.yaml $OLD --set run_dir=runs/default-seed1 --set train.se
 $M run configs/default.yaml --set run_dir=runs/default-tiny-alpha02-seed1 --set memory.preset=tiny --set train.alpha=0.2 \
   --set train.seed=1 --reuse-from runs/default
 $M summarize runs/default-seed1 runs/default-tiny-alpha02-seed1 --out $D/test-seed1/summary.md --copy-reports $D/test-seed1
+# the memory's size at the shipped recipe (tiny, α = 0.2: runs/default itself)
+$M ablate configs/default.yaml --study size --out $D/size-recipe
 # the learned gate on the quick run (docs/results/gate): the key-projection variant first, then the default gate
 MLPMEM_THREADS=1 $M gate configs/quick.yaml $W512 --set run_dir=runs/quick-corpus --set memory.vocab=corpus \
   --set gate.key_dim=4 --name quick-corpus+key4 --decode-tokens 16 --decode-rounds 21 --report docs/results/gate --quiet
