@@ -68,9 +68,7 @@ def _bench(config: str) -> tuple[Arg, ...]:
             Arg("--threads", type=int, help="torch/FAISS threads (default: all cores)"),
             Arg("--repeats", type=int, default_from=config, help="timed repetitions (after the warm-up)"),
             Arg("--out", dest="out_dir", default_from=config, help="output folder"),
-            Arg("--set", dest="overrides", action="append", default=None, metavar="KEY=VALUE",
-                help="override a value of the run's config, e.g. --set run_dir=runs/other"),
-            QUIET)
+            SET, QUIET)
 
 
 PIPELINE = [

@@ -31,15 +31,14 @@ def _knn(args: argparse.Namespace) -> KnnSetupConfig:
 
 
 def bench_infer(args: argparse.Namespace) -> None:
-    values = _given(args, ("overrides", "threads", "repeats", "out_dir", "prompt_tokens", "new_tokens", "batch_sizes",
-                           "warmup", "methods", "ladder", "rag_retriever", "lam"))
-    infer.main(args.config, InferBenchConfig(**values, knn=_knn(args)), progress=not args.quiet)
+    values = _given(args, ("threads", "repeats", "out_dir", "prompt_tokens", "new_tokens", "batch_sizes", "warmup",
+                           "methods", "ladder", "rag_retriever", "lam"))
+    infer.main(args.config, InferBenchConfig(**values, overrides=args.set, knn=_knn(args)), progress=not args.quiet)
 
 
 def bench_offline(args: argparse.Namespace) -> None:
-    values = _given(args, ("overrides", "threads", "repeats", "out_dir", "train_tokens", "train_steps",
-                           "teacher_queries"))
-    offline.main(args.config, offline.OfflineBenchConfig(**values), progress=not args.quiet)
+    values = _given(args, ("threads", "repeats", "out_dir", "train_tokens", "train_steps", "teacher_queries"))
+    offline.main(args.config, offline.OfflineBenchConfig(**values, overrides=args.set), progress=not args.quiet)
 
 
 def bench_packing(args: argparse.Namespace) -> None:
