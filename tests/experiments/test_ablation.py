@@ -127,3 +127,44 @@ def test_retrieval_variant_with_the_runs_layer_and_teacher_is_the_runs_memory(ti
     assert [r["main_run"] for r in rows] == [True, False]
     assert not tiny_run.path("ablations", "teacher", f"k={k}").exists()
     assert tiny_run.path("ablations", "teacher", "k=2", "memory").is_dir()
+
+
+def test_seeds_study_adds_the_spread_and_the_seeds_ensemble(tiny_run, monkeypatch):
+    import mlpmem.experiments.ablation as ablation
+    from mlpmem.pipeline.train import stage_train
+
+    stage_train(tiny_run)  # seed 0: the run's own memory
+    monkeypatch.setitem(ablation.STUDIES, "seeds", {f"seed={s}": {"train.seed": s} for s in (0, 1)})
+    rows = run_study(tiny_run, "seeds", progress=False)
+    assert [r["variant"] for r in rows][:2] == ["seed=0", "seed=1"] and rows[2]["ensemble"]
+    assert rows[0]["main_run"] and rows[0]["joint_ppl"] != rows[1]["joint_ppl"]  # another seed, another memory
+    assert rows[2]["trainable_parameters"] == rows[0]["trainable_parameters"] + rows[1]["trainable_parameters"]
+    assert rows[2]["backbone_ppl"] == pytest.approx(rows[0]["backbone_ppl"])
+    table = tiny_run.path("ablations", "seeds", "results.md").read_text()
+    assert "ensemble of the 2 seeds" in table and "Seed spread over 2 seeds" in table
+
+
+def test_an_ensemble_of_one_memory_twice_is_that_memory(tiny_run):
+    from mlpmem.experiments.ensemble import evaluate_ensemble
+    from mlpmem.memory import MLPMemory
+    from mlpmem.pipeline.train import eval_data, stage_train
+    from mlpmem.training.data import evaluate
+
+    stage_train(tiny_run)
+    model, tokenizer = tiny_run.backbone
+    memory = MLPMemory.from_pretrained(tiny_run.layout.memory, backbone_model=model, backbone_tokenizer=tokenizer)
+    memory.eval()
+    val, lambdas = eval_data(tiny_run, "validation"), tiny_run.cfg.train.eval_lambdas
+    alone, twice = evaluate(memory, val, lambdas), evaluate_ensemble([memory, memory], val, lambdas)
+    for key in ("memory_ppl", "joint_ppl", "memory_mass80", "backbone_ppl"):
+        assert twice[key] == pytest.approx(alone[key], rel=1e-5), key
+    assert twice["best_lambda"] == alone["best_lambda"]
+
+
+def test_seed_spread_needs_two_seeds():
+    from mlpmem.experiments.ensemble import seed_spread
+
+    assert seed_spread([{"seed": 0, "joint_ppl": 10.0, "memory_ppl": 12.0}]) == ""
+    text = seed_spread([{"seed": 0, "joint_ppl": 10.0, "memory_ppl": 12.0},
+                        {"seed": 1, "joint_ppl": 12.0, "memory_ppl": 12.0}])
+    assert "memory + backbone 11.000 ± 1.414" in text and "18.18 % of the mean" in text

@@ -1,9 +1,9 @@
 """Ablations of the memory's design choices, each scored by validation perplexity.
 
-Training studies (``head-init``, ``vocab``, ``alpha``, ``size``, ``epochs``, ``regularise``): each variant is the
-run's config with some values of its ``memory:`` and ``train:`` sections overridden (head, init, vocabulary,
-size, dropout; alpha, epochs, key noise, weight decay), trained on the run's own datastore and teacher into
-``run_dir/ablations/<study>/<variant>/`` (each with its learning curve). The variant equal to the run's own
+Training studies (``head-init``, ``vocab``, ``alpha``, ``size``, ``epochs``, ``regularise``, ``seeds``): each
+variant is the run's config with some values of its ``memory:`` and ``train:`` sections overridden (head, init,
+vocabulary, size, dropout; alpha, epochs, key noise, weight decay, seed), trained on the run's own datastore and
+teacher into ``run_dir/ablations/<study>/<variant>/`` (each with its learning curve). The variant equal to the run's own
 finished memory (same memory section and training recipe) is that memory, read rather than trained again.
 
 Retrieval studies (``layer``: the key layer's depth; ``teacher``: the teacher's k and temperature)
@@ -16,6 +16,8 @@ temperature is the main run's (chosen by its kNN-LM sweep) unless the variant se
 Every variant is scored by the validation perplexities of the weights it ends with (memory alone, and memory +
 backbone at the best λ of the training config's grid): its last evaluation, or its best when the train config
 restores the best (``train.eval_every`` / ``train.patience``). One table (Markdown) and one bar chart (PNG) per study.
+The ``seeds`` study adds the spread of its seeds' scores and a row for their memories averaged
+(:mod:`mlpmem.experiments.ensemble`).
 """
 
 from __future__ import annotations
@@ -31,11 +33,12 @@ import yaml
 from mlpmem.backbone import resolve_layer
 from mlpmem.datastore import build_keystore
 from mlpmem.errors import ConfigError
+from mlpmem.experiments.ensemble import ensemble_row, seed_spread
 from mlpmem.layout import RunLayout
 from mlpmem.pipeline.corpus import split_tokens
 from mlpmem.pipeline.run import Run
 from mlpmem.pipeline.teacher import stage_teacher, teacher_config
-from mlpmem.pipeline.train import stage_train
+from mlpmem.pipeline.train import eval_data, stage_train
 from mlpmem.reporting.plots import pyplot
 from mlpmem.reporting.tables import markdown_table
 from mlpmem.training.config import trained_with
@@ -54,6 +57,7 @@ STUDIES = {  # study -> {variant: {"section.key": value}} over the run's memory:
     "alpha": {f"alpha={a}": {"train.alpha": a} for a in (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)},
     "size": {p: {"memory.preset": p} for p in ("tiny", "small", "base")},
     "epochs": {f"{e} epoch(s)": {"train.epochs": e} for e in (1, 2, 4)},
+    "seeds": {f"seed={s}": {"train.seed": s} for s in (0, 1, 2, 3)},  # + their ensemble (experiments.ensemble)
     "regularise": {
         "none": {},
         **{f"key noise {n}": {"train.key_noise": n} for n in (0.05, 0.1, 0.2, 0.4)},
@@ -90,6 +94,9 @@ def run_study(run, study: str, progress: bool = True, variants: list[str] | None
     chosen = study_variants(study, variants)
     base = run.path("ablations", study)
     rows = [variant_row(run, study, name, overrides, base / _slug(name)) for name, overrides in chosen.items()]
+    if study == "seeds" and len(rows) > 1:
+        folders = [run.layout.memory if r["main_run"] else RunLayout(base / _slug(r["variant"])).memory for r in rows]
+        rows.append(ensemble_row(run, rows, folders, eval_data(run, "validation")))
     write_json(base / "results.json", {"study": study, "config": config_record(run.cfg), "rows": rows})
     (base / "results.md").write_text(study_table(study, rows) + "\n")
     plot_study(study, rows, base / "results.png")
@@ -250,6 +257,8 @@ def study_table(study: str, rows: list[dict]) -> str:
               f"{r['trainable_parameters']:,}", f"{r['train_seconds']:.0f}"] for r in rows]
     lines = [markdown_table(header, cells)]
     lines.append(f"\nBackbone validation PPL: {rows[0]['backbone_ppl']:.3f}.")
+    if spread := seed_spread(rows):
+        lines.append(f"\n{spread}")
     return "\n".join(lines)
 
 
