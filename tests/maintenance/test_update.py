@@ -166,3 +166,37 @@ def test_update_and_forget_with_an_approximate_teacher_index(tmp_path, tiny_back
     forget_run(tiny_run(run_dir), ["new0", "new1", "new2"], load_maintenance_config(overrides=["forget.epochs=1"]))
     after = state(run_dir)
     assert after["datastore"] == before["datastore"] and after["teacher"] == before["teacher"]
+
+
+def test_replay_targets_memory_teaches_the_replayed_rows_the_memory_before_the_update(run_dir, tmp_path,
+                                                                                       monkeypatch):
+    import torch
+
+    from mlpmem.maintenance.finetune import load_memory
+    from mlpmem.maintenance.targets import memory_rows
+
+    run = tiny_run(run_dir)
+    before = load_memory(run)
+    seen = {}
+    tune = update_module.tune
+
+    def spy(run_, memory, rows, cfg, alpha, out_dir, plan_id):
+        seen.update(rows=rows, alpha=alpha)
+        return tune(run_, memory, rows, cfg, alpha, out_dir, plan_id)
+
+    monkeypatch.setattr(update_module, "tune", spy)
+    cfg = load_maintenance_config(overrides=["update.epochs=1", "update.replay_targets=memory"])
+    summary = update_run(run, new_docs(tmp_path / "new.jsonl"), cfg)
+    rows, n_new = seen["rows"], summary["rows_added"]
+    assert seen["alpha"] == 1.0 and len(rows) == 2 * n_new  # replay ratio 1; every row carries its own label
+    ids, probs, residual = memory_rows(before, rows.keys[n_new:], rows.ids.shape[1] - 1)
+    assert (rows.ids[n_new:, :-1] == ids).all() and (rows.ids[n_new:, -1] == -1).all()
+    np.testing.assert_allclose(rows.probs[n_new:, :-1], probs, atol=1e-3)  # staged in fp16
+    np.testing.assert_allclose(rows.residual[n_new:], residual, atol=1e-6)
+    # the new rows are their teacher rows folded with their own token: each sums to 1 with its residual
+    np.testing.assert_allclose(rows.probs[:n_new].astype(np.float64).sum(1) + rows.residual[:n_new], 1.0, atol=2e-3)
+    # memory_rows is the memory's softmax at its top-K, in full-vocabulary ids
+    with torch.no_grad():
+        p = torch.softmax(before(torch.from_numpy(rows.keys[n_new:][:4].astype(np.float32)), full_vocab=True), -1)
+    np.testing.assert_allclose(p.gather(1, torch.from_numpy(ids[:4]).long()).numpy(), probs[:4], rtol=1e-4)
+    assert json.loads((run_dir / "maintenance" / "manifest.json").read_text())["operations"][-1]["kind"] == "update"

@@ -49,6 +49,10 @@ class TuneConfig(Config):
 class UpdateConfig(TuneConfig):
     """``mlpmem update``: new documents join the run."""
 
+    replay_targets: Literal["teacher", "memory"] = "teacher"
+    """What a replayed old position is taught: ``teacher``, its teacher row at the run's α (as in the first
+    training); ``memory``, the memory's own distribution before the update (top-K, no cross-entropy): the memory
+    is held to what it predicted there while it learns the new positions (learning without forgetting)."""
     refresh: bool = False
     """Also recompute the teacher of the old positions against the grown datastore (their neighbours may now
     include new documents): a search of every old position, as costly as the teacher stage. Off: old positions

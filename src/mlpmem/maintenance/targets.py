@@ -8,6 +8,9 @@ probabilities and the residual mass ``1 - Σ top-K``.
   store (self excluded by id when the queries are datastore rows);
 - :func:`backbone_rows`: the backbone's next-token distribution at every scored position of some documents, top-K
   (the target of a forgotten position: as if the memory added nothing there);
+- :func:`memory_rows`: the memory's own top-K distribution at given keys (the target of a replayed position under
+  ``update.replay_targets: memory``: the memory is taught to keep what it predicted, as in learning without
+  forgetting, instead of being fitted to the teacher again);
 - :func:`fold_label`: ``α·p + (1 − α)·δ(target)`` as one sparse row. For a fixed teacher the hybrid loss
   ``α·KL(p‖q) + (1 − α)·CE`` equals the cross-entropy against that label plus a constant
   (:mod:`mlpmem.training.loss`), so with every row folded the training loop runs at α = 1 and each row carries its
@@ -72,6 +75,22 @@ def backbone_rows(model, token_docs: Sequence[np.ndarray], block_size: int, stri
             top, ids = torch.topk(probs, min(top_k, probs.shape[1]), dim=-1)  # (m, K)
             residual = (1.0 - top.sum(-1)).clamp_min(0.0)
             parts.append((ids.to(torch.int32).numpy(), top.numpy(), residual.numpy().astype(np.float32)))
+    return concat_rows(parts, top_k)
+
+
+@torch.no_grad()
+def memory_rows(memory, keys, top_k: int, batch: int = 1024) -> Rows:
+    """The ``memory``'s top-K next-token distribution at ``keys`` (n, d), as full-vocabulary ids (a corpus head's
+    rows mapped back through its ``vocab_ids``)."""
+    memory.eval()
+    parts = []
+    for b in range(0, len(keys), batch):
+        logits = memory(torch.from_numpy(np.asarray(keys[b : b + batch], np.float32)), full_vocab=False)  # (B, V')
+        probs = torch.softmax(logits.float(), dim=-1)
+        top, rows = torch.topk(probs, min(top_k, probs.shape[1]), dim=-1)  # (B, K)
+        ids = rows if memory.vocab_ids is None else memory.vocab_ids[rows]
+        residual = (1.0 - top.sum(-1)).clamp_min(0.0)
+        parts.append((ids.to(torch.int32).numpy(), top.numpy(), residual.numpy().astype(np.float32)))
     return concat_rows(parts, top_k)
 
 

@@ -6,7 +6,8 @@
 3. Their teacher targets are searched against the whole grown datastore (self excluded), with the teacher's own
    k, T, top-K and index; with ``update.refresh`` the old positions' targets are recomputed too.
 4. The memory (its corpus head widened to the new tokens) is fine-tuned on the new positions mixed with a replay
-   sample of old ones (``update.replay_ratio`` per new position) under the run's α.
+   sample of old ones (``update.replay_ratio`` per new position) under the run's α; with ``update.replay_targets:
+   memory`` the replayed positions are taught the memory's own distribution from before the update instead.
 5. Everything is committed at once (:mod:`mlpmem.maintenance.transaction`): until then the run is the previous
    one, and a rerun of the same command resumes the staged work.
 """
@@ -54,6 +55,8 @@ from mlpmem.maintenance.shards import (
     used_numbers,
     with_shards,
 )
+from mlpmem.maintenance.targets import fold_label, memory_rows, pure_label
+from mlpmem.memory import MLPMemory
 from mlpmem.pipeline.run import Run
 from mlpmem.utils.runtime import set_threads
 
@@ -162,23 +165,34 @@ def _tune(op: Operation, view: ShardView, teacher: list[Shard], n_old_shards: in
           seq: int, plan_id: str) -> tuple[str, dict]:
     """Fine-tune the memory on the new positions plus the replay sample; stage it; (its sha256, train state)."""
     run, folder = op.run, op.pending.path("tune")
-    memory = widen_head(load_memory(run), np.unique(view.array("values")[int(view.offsets[n_old_shards]):]),
-                        run.backbone[0])
+    before = load_memory(run)
+    memory = widen_head(before, np.unique(view.array("values")[int(view.offsets[n_old_shards]):]), run.backbone[0])
     rows = TuneSet.load(folder)
     if rows is None:
-        rows = _tune_rows(view, teacher, n_old_shards, cfg, seq)
+        rows = _tune_rows(view, teacher, n_old_shards, cfg, seq, before, run.cfg.train.alpha)
         rows.save(folder)
         rows = TuneSet.load(folder)
-    state = tune(run, memory, rows, cfg.update, run.cfg.train.alpha, op.pending.path("train"), plan_id)
+    folded = cfg.update.replay_targets == "memory"  # every row carries its own label: the loop runs at α = 1
+    state = tune(run, memory, rows, cfg.update, 1.0 if folded else run.cfg.train.alpha, op.pending.path("train"),
+                 plan_id)
     return save_staged_memory(memory, op.pending.path("memory")), {**state, "rows": len(rows)}
 
 
-def _tune_rows(view: ShardView, teacher: list[Shard], n_old_shards: int, cfg: MaintenanceConfig,
-               seq: int) -> TuneSet:
+def _tune_rows(view: ShardView, teacher: list[Shard], n_old_shards: int, cfg: MaintenanceConfig, seq: int,
+               before: MLPMemory, alpha: float) -> TuneSet:
+    """The new positions and a replay sample of old ones under their teacher rows, or (``replay_targets:
+    memory``) the new positions' teacher rows folded with their tokens at ``alpha`` and the replayed ones under
+    the memory ``before`` the update."""
     first_new = int(view.offsets[n_old_shards])
     new = np.arange(first_new, view.num_rows)
     replay = replay_sample(np.arange(first_new), round(cfg.update.replay_ratio * len(new)), cfg.seed * 1009 + seq)
-    rows = np.concatenate([new, replay])
     targets = ShardView(teacher, 0, "teacher")
-    return TuneSet(view.rows("keys")[rows], view.rows("values")[rows], targets.rows("ids")[rows],
-                   targets.rows("probs")[rows], targets.rows("residual")[rows])
+    keys, values = view.rows("keys"), view.rows("values")
+    if cfg.update.replay_targets == "teacher":
+        rows = np.concatenate([new, replay])
+        return TuneSet(keys[rows], values[rows], targets.rows("ids")[rows], targets.rows("probs")[rows],
+                       targets.rows("residual")[rows])
+    taught = fold_label((targets.rows("ids")[new], targets.rows("probs")[new].astype(np.float32),
+                         targets.rows("residual")[new]), values[new], alpha)
+    kept = pure_label(memory_rows(before, keys[replay], targets.rows("ids").shape[1]))
+    return TuneSet.concat([TuneSet(keys[new], values[new], *taught), TuneSet(keys[replay], values[replay], *kept)])
