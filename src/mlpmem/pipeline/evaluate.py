@@ -13,7 +13,7 @@ import torch
 from mlpmem.backbone import KeyHook, resolve_precision
 from mlpmem.corpora.documents import document_lengths, make_windows
 from mlpmem.datastore import KeyStore, pad_windows
-from mlpmem.inference.perplexity import best_lambda, lambda_curve, perplexity, tokens_for_mass
+from mlpmem.inference.perplexity import best_lambda, lambda_curve, perplexity, tokens_for_masses
 from mlpmem.memory import MLPMemory
 from mlpmem.memory.vocab import covered_perplexity
 from mlpmem.pipeline.corpus import split_tokens
@@ -65,7 +65,8 @@ def distribution_stats(run, memory, num_positions: int = 1024) -> dict:
     w = exclude_and_weight(torch.from_numpy(np.array(dists)), torch.from_numpy(np.array(nbr)), None, knn["k"],
                            knn["temperature"])
     _, p_knn = aggregate_by_token(torch.from_numpy(values[np.clip(nbr, 0, None)].astype(np.int64)), w, knn["k"])
-    return {name: {f"{int(f * 100)}%": tokens_for_mass(p, f).double().mean().item() for f in MASS_FRACTIONS}
+    return {name: {f"{int(f * 100)}%": c.double().mean().item()
+                   for f, c in zip(MASS_FRACTIONS, tokens_for_masses(p, MASS_FRACTIONS))}
             for name, p in (("backbone", p_lm), ("kNN", p_knn), ("memory", p_mem))}
 
 
