@@ -121,6 +121,10 @@ $M run configs/default.yaml --set run_dir=runs/default-tiny-alpha02-seed1 --set 
 $M summarize runs/default-seed1 runs/default-tiny-alpha02-seed1 --out $D/test-seed1/summary.md --copy-reports $D/test-seed1
 # the memory's size at the shipped recipe (tiny, α = 0.2: runs/default itself)
 $M ablate configs/default.yaml --study size --out $D/size-recipe
+# the key layer, the teacher's k and T, and the seed's share (4 seeds and their memories averaged) at the shipped recipe
+$M ablate configs/default.yaml --study layer --variant layer=0.8 --variant layer=1.0 --out $D/layer
+$M ablate configs/default.yaml --study teacher --out $D/teacher-recipe
+$M ablate configs/default.yaml --study seeds --out $D/seeds
 # the learned gate on the quick run (docs/results/gate): the key-projection variant first, then the default gate
 MLPMEM_THREADS=1 $M gate configs/quick.yaml $W512 --set run_dir=runs/quick-corpus --set memory.vocab=corpus \
   --set gate.key_dim=4 --name quick-corpus+key4 --decode-tokens 16 --decode-rounds 21 --report docs/results/gate --quiet
@@ -148,5 +152,8 @@ mkdir -p docs/results/data-scaling-35 && cp runs/data-scaling-35/{report.md,resu
 $M summarize runs/data-scaling-35/runs/train-* --copy-reports docs/results/data-scaling-35
 # update / forget / explain on synthetic facts (docs/results/update)
 MLPMEM_THREADS=1 $M update-study configs/maintenance/study.yaml --out runs/update-study --quiet
+# ... with the replayed positions taught the memory's own earlier distribution (docs/results/update-replay)
+MLPMEM_THREADS=1 $M update-study configs/maintenance/study.yaml --out runs/update-study-replay --quiet \
+  --set "maintenance=[update.replay_targets=memory]" --set docs_dir=docs/results/update-replay
 # a Shakespeare run updated with plays it did not see (docs/results/update-text), on the quick run of its time
 $M update-text runs/quick-w512 --out runs/update-text --docs docs/results/update-text
