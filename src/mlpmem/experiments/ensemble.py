@@ -17,10 +17,9 @@ import numpy as np
 import torch
 
 from mlpmem.errors import ConfigError
-from mlpmem.inference.perplexity import best_lambda, lambda_curve, perplexity, tokens_for_mass
+from mlpmem.inference.perplexity import tokens_for_mass
 from mlpmem.memory import MLPMemory
-from mlpmem.memory.vocab import covered_perplexity
-from mlpmem.training.data import SHARPNESS_ROWS, EvalData, memory_logprobs
+from mlpmem.training.data import SHARPNESS_ROWS, EvalData, memory_logprobs, scores
 
 
 def ensemble_logprobs(memories: list[MLPMemory], keys: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -46,17 +45,12 @@ def check_same_head(memories: list[MLPMemory]) -> None:
 
 
 def evaluate_ensemble(memories: list[MLPMemory], val: EvalData, lambdas: list[float]) -> dict:
-    """Validation scores of the averaged memories, with the keys of a training evaluation."""
+    """Validation scores of the averaged memories, with the keys of a training evaluation (:func:`scores`)."""
     check_same_head(memories)
     for m in memories:
         m.eval()
-    lp = ensemble_logprobs(memories, val.keys, val.targets)
-    joint = lambda_curve(val.lm_logprob, lp, lambdas)
-    best = best_lambda(joint)
-    memory_ppl, coverage = covered_perplexity(lp)
-    return {"memory_ppl": memory_ppl, "memory_coverage": coverage,
-            "memory_mass80": ensemble_mass80(memories, val.keys), "backbone_ppl": perplexity(val.lm_logprob),
-            "joint_ppl": joint[best], "best_lambda": best}
+    return scores(ensemble_logprobs(memories, val.keys, val.targets), val, lambdas,
+                  ensemble_mass80(memories, val.keys))
 
 
 def ensemble_row(run, rows: list[dict], folders: list[Path], val: EvalData) -> dict:

@@ -101,9 +101,14 @@ def evaluate(memory: MLPMemory, data: EvalData, lambdas: list[float]) -> dict:
     """Memory-only perplexity (over the targets its head covers, with that coverage) and the joint perplexity at
     each λ (mixed after softmax)."""
     lp_mem = memory_logprobs(memory, data.keys, data.targets)
+    return scores(lp_mem, data, lambdas, memory_mass80(memory, data.keys))
+
+
+def scores(lp_mem: np.ndarray, data: EvalData, lambdas: list[float], mass80: float) -> dict:
+    """An evaluation's scores from the memory's log-prob of each target ``lp_mem`` (n,) and its sharpness."""
     joint = lambda_curve(data.lm_logprob, lp_mem, lambdas)
     best = best_lambda(joint)
     memory_ppl, coverage = covered_perplexity(lp_mem)
-    return {"memory_ppl": memory_ppl, "memory_coverage": coverage, "memory_mass80": memory_mass80(memory, data.keys),
+    return {"memory_ppl": memory_ppl, "memory_coverage": coverage, "memory_mass80": mass80,
             "backbone_ppl": perplexity(data.lm_logprob),
             "joint_ppl": joint[best], "best_lambda": best, "ppl_by_lambda": {str(k): v for k, v in joint.items()}}
