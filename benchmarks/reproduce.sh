@@ -121,9 +121,8 @@ $M run configs/default.yaml --set run_dir=runs/default-tiny-alpha02-seed1 --set 
 $M summarize runs/default-seed1 runs/default-tiny-alpha02-seed1 --out $D/test-seed1/summary.md --copy-reports $D/test-seed1
 # the memory's size at the shipped recipe (tiny, α = 0.2: runs/default itself)
 $M ablate configs/default.yaml --study size --out $D/size-recipe
-# the key layer, the teacher's k and T, and the seed's share (4 seeds and their memories averaged) at the shipped recipe
+# the key layer and the seed's share (4 seeds and their memories averaged) at the shipped recipe
 $M ablate configs/default.yaml --study layer --variant layer=0.8 --variant layer=1.0 --out $D/layer
-$M ablate configs/default.yaml --study teacher --out $D/teacher-recipe
 $M ablate configs/default.yaml --study seeds --out $D/seeds
 # the learned gate on the quick run (docs/results/gate): the key-projection variant first, then the default gate
 MLPMEM_THREADS=1 $M gate configs/quick.yaml $W512 --set run_dir=runs/quick-corpus --set memory.vocab=corpus \
