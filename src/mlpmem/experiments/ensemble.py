@@ -57,8 +57,8 @@ def ensemble_row(run, rows: list[dict], folders: list[Path], val: EvalData) -> d
     """The row of the memories saved in ``folders`` (the seeds' rows ``rows``) averaged, scored on ``val``."""
     model, tokenizer = run.backbone
     memories = [MLPMemory.from_pretrained(f, backbone_model=model, backbone_tokenizer=tokenizer) for f in folders]
-    scores = evaluate_ensemble(memories, val, run.cfg.train.eval_lambdas)
-    return {"variant": f"ensemble of the {len(rows)} seeds (probabilities averaged)", **scores,
+    result = evaluate_ensemble(memories, val, run.cfg.train.eval_lambdas)
+    return {"variant": f"ensemble of the {len(rows)} seeds (probabilities averaged)", **result,
             "epochs": "-", "stopped_early": False, "main_run": False, "ensemble": True,
             "train_seconds": sum(r["train_seconds"] for r in rows),
             "trainable_parameters": sum(r["trainable_parameters"] for r in rows)}
