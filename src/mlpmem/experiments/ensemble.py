@@ -14,12 +14,10 @@ import statistics
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from mlpmem.errors import ConfigError
-from mlpmem.inference.perplexity import tokens_for_mass
 from mlpmem.memory import MLPMemory
-from mlpmem.training.data import SHARPNESS_ROWS, EvalData, memory_logprobs, scores
+from mlpmem.training.data import EvalData, averaged_mass80, memory_logprobs, scores
 
 
 def ensemble_logprobs(memories: list[MLPMemory], keys: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -27,14 +25,6 @@ def ensemble_logprobs(memories: list[MLPMemory], keys: np.ndarray, targets: np.n
     stacked = np.stack([memory_logprobs(m, keys, targets) for m in memories])  # (N, n)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.logaddexp.reduce(stacked, axis=0) - math.log(len(memories))
-
-
-@torch.no_grad()
-def ensemble_mass80(memories: list[MLPMemory], keys: np.ndarray, rows: int = SHARPNESS_ROWS) -> float:
-    """Mean number of tokens holding 80 % of p_ens over the first ``rows`` keys (the members share one head)."""
-    x = torch.from_numpy(np.asarray(keys[:rows], np.float32))
-    probs = torch.stack([torch.softmax(m(x, full_vocab=False).float(), -1) for m in memories]).mean(0)  # (n, V')
-    return tokens_for_mass(probs, 0.8).double().mean().item()
 
 
 def check_same_head(memories: list[MLPMemory]) -> None:
@@ -50,7 +40,7 @@ def evaluate_ensemble(memories: list[MLPMemory], val: EvalData, lambdas: list[fl
     for m in memories:
         m.eval()
     return scores(ensemble_logprobs(memories, val.keys, val.targets), val, lambdas,
-                  ensemble_mass80(memories, val.keys))
+                  averaged_mass80(memories, val.keys))
 
 
 def ensemble_row(run, rows: list[dict], folders: list[Path], val: EvalData) -> dict:

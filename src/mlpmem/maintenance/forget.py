@@ -37,7 +37,14 @@ from mlpmem.maintenance.operation import (
     unreferenced,
 )
 from mlpmem.maintenance.shards import Shard, ShardView, allocate, save_shard, staged_paths, used_numbers, with_shards
-from mlpmem.maintenance.targets import backbone_rows, fold_label, knn_rows, pure_label, restrict_to_head
+from mlpmem.maintenance.targets import (
+    backbone_rows,
+    fold_label,
+    knn_rows,
+    pure_label,
+    restrict_to_head,
+    teacher_rows_at,
+)
 from mlpmem.pipeline.run import Run
 from mlpmem.utils.runtime import set_threads
 from mlpmem.utils.shards import atomic_write_bytes
@@ -209,8 +216,7 @@ def _tune_rows(op: Operation, held: Holdings, drop: list[int], gone: np.ndarray,
                            cfg.seed * 1009 + seq)
     targets = ShardView(teacher, 0, "teacher")
     kept_values = view.rows("values")[replay]
-    kept = fold_label((targets.rows("ids")[replay], targets.rows("probs")[replay].astype(np.float32),
-                       targets.rows("residual")[replay]), kept_values, op.run.cfg.train.alpha)
+    kept = fold_label(teacher_rows_at(targets, replay), kept_values, op.run.cfg.train.alpha)
     return TuneSet.concat([TuneSet(keys, values, *forgotten),
                            TuneSet(view.rows("keys")[replay], kept_values, *kept)])
 

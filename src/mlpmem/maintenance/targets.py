@@ -72,9 +72,7 @@ def backbone_rows(model, token_docs: Sequence[np.ndarray], block_size: int, stri
             hidden = base_model(model)(input_ids=input_ids, attention_mask=mask, use_cache=False)[0]  # (B, T, d)
         for r, w in enumerate(batch):  # one window at a time: (m, V) probabilities, never (B·m, V)
             probs = torch.softmax(output_logits(model, hidden[r, w.positions]).float(), dim=-1)  # (m, V)
-            top, ids = torch.topk(probs, min(top_k, probs.shape[1]), dim=-1)  # (m, K)
-            residual = (1.0 - top.sum(-1)).clamp_min(0.0)
-            parts.append((ids.to(torch.int32).numpy(), top.numpy(), residual.numpy().astype(np.float32)))
+            parts.append(top_rows(probs, top_k))
     return concat_rows(parts, top_k)
 
 
@@ -86,12 +84,23 @@ def memory_rows(memory, keys, top_k: int, batch: int = 1024) -> Rows:
     parts = []
     for b in range(0, len(keys), batch):
         logits = memory(torch.from_numpy(np.asarray(keys[b : b + batch], np.float32)), full_vocab=False)  # (B, V')
-        probs = torch.softmax(logits.float(), dim=-1)
-        top, rows = torch.topk(probs, min(top_k, probs.shape[1]), dim=-1)  # (B, K)
-        ids = rows if memory.vocab_ids is None else memory.vocab_ids[rows]
-        residual = (1.0 - top.sum(-1)).clamp_min(0.0)
-        parts.append((ids.to(torch.int32).numpy(), top.numpy(), residual.numpy().astype(np.float32)))
+        parts.append(top_rows(torch.softmax(logits.float(), dim=-1), top_k, memory.vocab_ids))
     return concat_rows(parts, top_k)
+
+
+def top_rows(probs: torch.Tensor, top_k: int, vocab_ids: torch.Tensor | None = None) -> Rows:
+    """Sparse rows of distributions ``probs`` (n, V): their top-K tokens (column ids mapped through ``vocab_ids``
+    when given, as for a corpus head), probabilities and residual mass."""
+    top, cols = torch.topk(probs, min(top_k, probs.shape[1]), dim=-1)  # (n, K)
+    ids = cols if vocab_ids is None else vocab_ids[cols]
+    residual = (1.0 - top.sum(-1)).clamp_min(0.0)
+    return ids.to(torch.int32).numpy(), top.numpy(), residual.numpy().astype(np.float32)
+
+
+def teacher_rows_at(teacher, rows: np.ndarray) -> Rows:
+    """The sparse rows ``rows`` of a teacher (anything with ``.rows("ids" | "probs" | "residual")``)."""
+    return (teacher.rows("ids")[rows], teacher.rows("probs")[rows].astype(np.float32),
+            teacher.rows("residual")[rows])
 
 
 def restrict_to_head(rows: Rows, head_ids: np.ndarray | None) -> Rows:

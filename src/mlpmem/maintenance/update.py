@@ -55,7 +55,7 @@ from mlpmem.maintenance.shards import (
     used_numbers,
     with_shards,
 )
-from mlpmem.maintenance.targets import fold_label, memory_rows, pure_label
+from mlpmem.maintenance.targets import fold_label, memory_rows, pure_label, teacher_rows_at
 from mlpmem.memory import MLPMemory
 from mlpmem.pipeline.run import Run
 from mlpmem.utils.runtime import set_threads
@@ -190,9 +190,7 @@ def _tune_rows(view: ShardView, teacher: list[Shard], n_old_shards: int, cfg: Ma
     keys, values = view.rows("keys"), view.rows("values")
     if cfg.update.replay_targets == "teacher":
         rows = np.concatenate([new, replay])
-        return TuneSet(keys[rows], values[rows], targets.rows("ids")[rows], targets.rows("probs")[rows],
-                       targets.rows("residual")[rows])
-    taught = fold_label((targets.rows("ids")[new], targets.rows("probs")[new].astype(np.float32),
-                         targets.rows("residual")[new]), values[new], alpha)
+        return TuneSet(keys[rows], values[rows], *teacher_rows_at(targets, rows))
+    taught = fold_label(teacher_rows_at(targets, new), values[new], alpha)
     kept = pure_label(memory_rows(before, keys[replay], targets.rows("ids").shape[1]))
     return TuneSet.concat([TuneSet(keys[new], values[new], *taught), TuneSet(keys[replay], values[replay], *kept)])

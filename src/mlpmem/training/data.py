@@ -88,12 +88,17 @@ def memory_logprobs(memory: MLPMemory, keys: np.ndarray, targets: np.ndarray, ba
     return out
 
 
-@torch.no_grad()
 def memory_mass80(memory: MLPMemory, keys: np.ndarray, rows: int = SHARPNESS_ROWS) -> float:
     """Mean number of tokens holding 80 % of p_mem over the first ``rows`` keys (in the head's own rows: the
     tokens outside a corpus head hold no mass)."""
-    features = memory(torch.from_numpy(np.asarray(keys[:rows], np.float32)), head=False)  # (n, H)
-    probs = torch.softmax(memory.head(features.to(memory.head.weight.dtype)).float(), -1)  # (n, V')
+    return averaged_mass80([memory], keys, rows)
+
+
+@torch.no_grad()
+def averaged_mass80(memories: list[MLPMemory], keys: np.ndarray, rows: int = SHARPNESS_ROWS) -> float:
+    """:func:`memory_mass80` of the memories' distributions averaged (they share one head's rows)."""
+    x = torch.from_numpy(np.asarray(keys[:rows], np.float32))
+    probs = torch.stack([torch.softmax(m(x, full_vocab=False).float(), -1) for m in memories]).mean(0)  # (n, V')
     return tokens_for_mass(probs, 0.8).double().mean().item()
 
 
