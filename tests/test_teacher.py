@@ -87,7 +87,7 @@ def test_teacher_resumes_and_checks_datastore(store_dir, tmp_path, monkeypatch):
     build_teacher(store_dir, tmp_path / "full", cfg, progress=False)
     import mlpmem.teacher as tm
 
-    real, calls = tm._write_shard, []
+    real, calls = tm.write_shard, []
 
     def dying(*args):
         if calls:
@@ -95,10 +95,10 @@ def test_teacher_resumes_and_checks_datastore(store_dir, tmp_path, monkeypatch):
         calls.append(1)
         return real(*args)
 
-    monkeypatch.setattr(tm, "_write_shard", dying)
+    monkeypatch.setattr(tm, "write_shard", dying)
     with pytest.raises(KeyboardInterrupt):
         build_teacher(store_dir, tmp_path / "part", cfg, progress=False)
-    monkeypatch.setattr(tm, "_write_shard", real)
+    monkeypatch.setattr(tm, "write_shard", real)
     build_teacher(store_dir, tmp_path / "part", cfg, progress=False)
     for f in sorted((tmp_path / "full").glob("*.npy")):
         assert f.read_bytes() == (tmp_path / "part" / f.name).read_bytes()

@@ -178,7 +178,7 @@ def build_teacher(datastore_dir: str | Path, out_dir: str | Path, cfg: TeacherCo
         sparse, start = _search_group(store, group, index, values, cfg, bar), 0
         for s in group:  # each datastore shard's rows to its own teacher shard
             n = store.shards[s]["keys"].shape[0]
-            manifest = _write_shard(out_dir, manifest, s, [tuple(x[start : start + n] for x in sparse)], num_shards,
+            manifest = write_shard(out_dir, manifest, s, [tuple(x[start : start + n] for x in sparse)], num_shards,
                                     dist)
             start += n
     bar.close()
@@ -223,8 +223,10 @@ def _group_keys(store: KeyStore, group: list[int]) -> tuple[np.ndarray, np.ndarr
     return np.concatenate(keys), np.concatenate(ids)
 
 
-def _write_shard(out_dir: Path, manifest: dict, index: int, parts, num_shards: int = 0,
-                 dist: Dist | None = None) -> dict:
+def write_shard(out_dir: Path, manifest: dict, index: int, parts, num_shards: int = 0,
+                dist: Dist | None = None) -> dict:
+    """Teacher shard ``index`` from the sparse row blocks ``parts`` (``(ids, probs, residual)`` each), recorded
+    (and, in a single process, merged into the manifest)."""
     ids, probs, residual = (np.concatenate(x) for x in zip(*parts))
     files = {
         "ids": save_array(out_dir, f"ids-{index:05d}.npy", ids.astype(np.int32)),
@@ -235,6 +237,15 @@ def _write_shard(out_dir: Path, manifest: dict, index: int, parts, num_shards: i
     if dist is None or dist.world == 1:
         manifest = merge_records(out_dir, manifest, num_shards, f"teacher {out_dir}")
     return manifest
+
+
+def top_rows(probs: torch.Tensor, top_k: int, vocab_ids: torch.Tensor | None = None):
+    """Sparse rows of distributions ``probs`` (n, V): their top-K tokens (column ids mapped through ``vocab_ids``
+    when given, as for a corpus head), probabilities and residual mass, as numpy ``(ids, probs, residual)``."""
+    top, cols = torch.topk(probs, min(top_k, probs.shape[1]), dim=-1)  # (n, K)
+    ids = cols if vocab_ids is None else vocab_ids[cols]
+    residual = (1.0 - top.sum(-1)).clamp_min(0.0)
+    return ids.to(torch.int32).numpy(), top.numpy(), residual.numpy().astype(np.float32)
 
 
 class TeacherStore:

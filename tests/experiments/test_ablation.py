@@ -168,3 +168,25 @@ def test_seed_spread_needs_two_seeds():
     text = seed_spread([{"seed": 0, "joint_ppl": 10.0, "memory_ppl": 12.0},
                         {"seed": 1, "joint_ppl": 12.0, "memory_ppl": 12.0}])
     assert "memory + backbone 11.000 ± 1.414" in text and "18.18 % of the mean" in text
+
+
+def test_distil_study_trains_against_the_seeds_ensemble(tiny_run, monkeypatch):
+    import mlpmem.experiments.ablation as ablation
+    from mlpmem.pipeline.train import stage_train
+    from mlpmem.teacher import TeacherStore
+
+    stage_train(tiny_run)
+    with pytest.raises(ConfigError, match="--study seeds"):
+        run_study(tiny_run, "distil", progress=False, variants=["seeds' ensemble, alpha=0.2"])
+    monkeypatch.setitem(ablation.STUDIES, "seeds", {f"seed={s}": {"train.seed": s} for s in (0, 1)})
+    run_study(tiny_run, "seeds", progress=False)
+    rows = run_study(tiny_run, "distil", progress=False)
+    assert [r["main_run"] for r in rows] == [True, False, False, False]
+    assert [r.get("knn_weight") for r in rows] == [None, 0.0, 0.0, 0.5]
+    assert rows[1]["alpha"] == 0.2 and rows[2]["alpha"] == 0.6
+    assert rows[1]["joint_ppl"] != rows[0]["joint_ppl"]  # another teacher, another memory
+    base = tiny_run.path("ablations", "distil")
+    teachers = sorted(p.name for p in base.glob("teacher-*"))
+    assert len(teachers) == 2 and teachers[0].startswith("teacher-knn0-")  # built once per weight, shared
+    assert TeacherStore(base / teachers[0]).manifest["source"] == "memories"
+    assert (base / "seeds__ensemble__alpha=0.2" / "memory").is_dir()

@@ -22,7 +22,6 @@ The ``seeds`` study adds the spread of its seeds' scores and a row for their mem
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import shutil
@@ -33,8 +32,8 @@ import yaml
 from mlpmem.backbone import resolve_layer
 from mlpmem.datastore import build_keystore
 from mlpmem.errors import ConfigError
-from mlpmem.experiments.ensemble import ensemble_row, seed_spread
-from mlpmem.layout import RunLayout
+from mlpmem.experiments.ensemble import DISTIL_VARIANTS, ensemble_row, member_folders, seed_spread, train_distilled
+from mlpmem.experiments.variant_runs import config_record, slug, variant_run, with_overrides
 from mlpmem.pipeline.corpus import split_tokens
 from mlpmem.pipeline.run import Run
 from mlpmem.pipeline.teacher import stage_teacher, teacher_config
@@ -58,6 +57,7 @@ STUDIES = {  # study -> {variant: {"section.key": value}} over the run's memory:
     "size": {p: {"memory.preset": p} for p in ("tiny", "small", "base")},
     "epochs": {f"{e} epoch(s)": {"train.epochs": e} for e in (1, 2, 4)},
     "seeds": {f"seed={s}": {"train.seed": s} for s in (0, 1, 2, 3)},  # + their ensemble (experiments.ensemble)
+    "distil": DISTIL_VARIANTS,  # a memory trained against the seeds' ensemble (experiments.ensemble)
     "regularise": {
         "none": {},
         **{f"key noise {n}": {"train.key_noise": n} for n in (0.05, 0.1, 0.2, 0.4)},
@@ -71,10 +71,6 @@ RETRIEVAL_STUDIES = {
                 "k=1024, T=1": {"k": 1024, "temperature": 1.0}, "k=1024, T=10": {"k": 1024, "temperature": 10.0}},
 }
 ALL_STUDIES = sorted([*STUDIES, *RETRIEVAL_STUDIES])
-
-
-def _slug(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "=.-" else "_" for c in name)
 
 
 def study_variants(study: str, names: list[str] | None = None) -> dict[str, dict]:
@@ -93,10 +89,9 @@ def run_study(run, study: str, progress: bool = True, variants: list[str] | None
     written to disk)."""
     chosen = study_variants(study, variants)
     base = run.path("ablations", study)
-    rows = [variant_row(run, study, name, overrides, base / _slug(name)) for name, overrides in chosen.items()]
+    rows = [variant_row(run, study, name, overrides, base / slug(name)) for name, overrides in chosen.items()]
     if study == "seeds" and len(rows) > 1:
-        folders = [run.layout.memory if r["main_run"] else RunLayout(base / _slug(r["variant"])).memory for r in rows]
-        rows.append(ensemble_row(run, rows, folders, eval_data(run, "validation")))
+        rows.append(ensemble_row(run, rows, member_folders(run, rows), eval_data(run, "validation")))
     write_json(base / "results.json", {"study": study, "config": config_record(run.cfg), "rows": rows})
     (base / "results.md").write_text(study_table(study, rows) + "\n")
     plot_study(study, rows, base / "results.png")
@@ -107,6 +102,9 @@ def variant_row(run, study: str, name: str, overrides: dict, folder: Path) -> di
     """Train one variant into ``folder`` (or read the run's own memory where it is that variant): its row."""
     if study in RETRIEVAL_STUDIES:
         return _row(name, overrides, train_retrieval_variant(run, folder, overrides))
+    if "knn_weight" in overrides:  # a distil variant: the seeds' memories are its teacher
+        return _row(name, {key.split(".")[-1]: value for key, value in overrides.items()},
+                    train_distilled(run, folder, overrides))
     cfg = with_overrides(run.cfg, overrides)
     if trained_as(run, cfg):  # the run's own memory is this variant: read, not trained again
         state = own_memory_state(run)
@@ -145,22 +143,6 @@ def trained_as(run, cfg) -> bool:
     return trained_with(json.loads(finished.read_text()), dataclasses.asdict(cfg.train), cfg.memory.to_dict())
 
 
-def config_record(cfg) -> dict:
-    """The pipeline configuration as stored next to a study's results (JSON types), to tell whether they
-    belong to the configuration at hand."""
-    return json.loads(json.dumps(cfg.to_dict(), default=str))
-
-
-def with_overrides(cfg, overrides: dict):
-    """``cfg`` with ``{"section.key": value}`` overrides applied to its sections."""
-    sections: dict[str, dict] = {}
-    for key, value in overrides.items():
-        section, name = key.split(".")
-        sections.setdefault(section, {})[name] = value
-    return dataclasses.replace(cfg, **{section: dataclasses.replace(getattr(cfg, section), **values)
-                                       for section, values in sections.items()})
-
-
 def _row(name: str, overrides: dict, state: dict) -> dict:
     """A variant's scores: its last evaluation, or the best one when the run ended on the best weights."""
     last = kept_evaluation(state)
@@ -170,35 +152,6 @@ def _row(name: str, overrides: dict, state: dict) -> dict:
             "epochs": last["epoch"],
             "stopped_early": state.get("stopped_early", False), "main_run": state.get("main_run", False),
             "train_seconds": state["train_seconds"], "trainable_parameters": state["memory_trainable_parameters"]}
-
-
-class SharedLayout(RunLayout):
-    """A variant's run folder whose ``shared`` parts (``datastore``, ``eval``, ``teacher``) are the main run's."""
-
-    def __init__(self, root: Path, main: RunLayout, shared: set[str]):
-        super().__init__(root)
-        object.__setattr__(self, "main", main)
-        object.__setattr__(self, "shared", frozenset(shared))
-
-    @property
-    def datastore(self) -> Path:
-        return self.main.datastore if "datastore" in self.shared else super().datastore
-
-    def keystore(self, split: str) -> Path:
-        if split == "train":
-            return self.datastore
-        return self.main.keystore(split) if "eval" in self.shared else super().keystore(split)
-
-    @property
-    def teacher(self) -> Path:
-        return self.main.teacher if "teacher" in self.shared else super().teacher
-
-
-def variant_run(run, cfg, folder, shared: set[str]):
-    """A run in ``folder`` whose ``shared`` top-level folders (datastore, eval, teacher) are the main run's."""
-    variant = copy.copy(run)
-    variant.cfg, variant.dir, variant.layout = cfg, Path(folder), SharedLayout(folder, run.layout, shared)
-    return variant
 
 
 def variant_config(run, folder, overrides: dict):

@@ -28,7 +28,8 @@ from tqdm.auto import tqdm
 from mlpmem.backbone import autocast, base_model, output_logits
 from mlpmem.corpora.documents import make_windows
 from mlpmem.datastore import pad_windows
-from mlpmem.teacher import knn_sparse
+from mlpmem.distil import distilled_rows
+from mlpmem.teacher import knn_sparse, top_rows
 
 Rows = tuple[np.ndarray, np.ndarray, np.ndarray]
 """Sparse targets ``(ids (n, K) int32, probs (n, K) fp32, residual (n,) fp32)``."""
@@ -76,25 +77,12 @@ def backbone_rows(model, token_docs: Sequence[np.ndarray], block_size: int, stri
     return concat_rows(parts, top_k)
 
 
-@torch.no_grad()
 def memory_rows(memory, keys, top_k: int, batch: int = 1024) -> Rows:
     """The ``memory``'s top-K next-token distribution at ``keys`` (n, d), as full-vocabulary ids (a corpus head's
     rows mapped back through its ``vocab_ids``)."""
     memory.eval()
-    parts = []
-    for b in range(0, len(keys), batch):
-        logits = memory(torch.from_numpy(np.asarray(keys[b : b + batch], np.float32)), full_vocab=False)  # (B, V')
-        parts.append(top_rows(torch.softmax(logits.float(), dim=-1), top_k, memory.vocab_ids))
+    parts = [distilled_rows([memory], keys[b : b + batch], None, 0.0, top_k) for b in range(0, len(keys), batch)]
     return concat_rows(parts, top_k)
-
-
-def top_rows(probs: torch.Tensor, top_k: int, vocab_ids: torch.Tensor | None = None) -> Rows:
-    """Sparse rows of distributions ``probs`` (n, V): their top-K tokens (column ids mapped through ``vocab_ids``
-    when given, as for a corpus head), probabilities and residual mass."""
-    top, cols = torch.topk(probs, min(top_k, probs.shape[1]), dim=-1)  # (n, K)
-    ids = cols if vocab_ids is None else vocab_ids[cols]
-    residual = (1.0 - top.sum(-1)).clamp_min(0.0)
-    return ids.to(torch.int32).numpy(), top.numpy(), residual.numpy().astype(np.float32)
 
 
 def teacher_rows_at(teacher, rows: np.ndarray) -> Rows:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mlpmem.experiments.ablation import config_record, run_study
+from mlpmem.experiments.ablation import run_study
 from mlpmem.experiments.qa.config import AblationSuiteConfig, QASuiteConfig
+from mlpmem.experiments.variant_runs import config_record
 from mlpmem.pipeline.config import PipelineConfig
 from mlpmem.pipeline.datastore import stage_datastore
 from mlpmem.pipeline.knnlm import stage_knnlm

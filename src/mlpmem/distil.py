@@ -1,0 +1,156 @@
+"""A teacher distilled from trained memories: their next-token distributions averaged, as sparse targets.
+
+Memories trained alike but from different seeds make different errors at this data size; their distributions
+averaged in probability space score better than any one of them (the ``seeds`` ablation), at N times the inference
+cost. Training one new memory against that average keeps part of the gain at one memory's cost (ensemble
+distillation). For datastore position q with key f(c_q):
+
+    p_target(y | c_q) = (1 − β) · (1/N) Σ_i p_i(y | f(c_q)) + β · p_kNN(y | c_q),
+
+with β = ``knn_weight`` mixing in the run's kNN teacher (its top-K; its residual mass stays residual). The result
+is stored exactly like the kNN teacher (:mod:`mlpmem.teacher`: top-K ids, fp16 probabilities, residual mass; shard
+s covers datastore shard s, so an interrupted build resumes shard by shard), and a memory trains on it unchanged.
+The memories are scored on the training keys they were trained on, so the targets carry what they memorised too;
+what the average adds is the agreement of independent fits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from mlpmem.config import Config
+from mlpmem.datastore import KeyStore
+from mlpmem.errors import ConfigError
+from mlpmem.memory import MLPMemory
+from mlpmem.teacher import FORMAT, TeacherStore, top_rows, write_shard
+from mlpmem.utils.distributed import current, done_indices, finish_build, open_build
+from mlpmem.utils.runtime import set_threads
+from mlpmem.utils.shards import MANIFEST, release, sha256_file
+
+Rows = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+@dataclass
+class DistilConfig(Config):
+    knn_weight: float = 0.0
+    """β: the kNN teacher's share of each target (0: the memories' average alone)."""
+    top_k: int = 32
+    """Tokens kept per position (K), as in the kNN teacher."""
+    batch: int = 1024
+    """Keys scored at once by each memory (bounds the (batch, V) probabilities held)."""
+
+    def validate(self) -> None:
+        if not 0.0 <= self.knn_weight <= 1.0:
+            raise ConfigError(f"distil knn_weight must be in [0, 1], got {self.knn_weight}")
+        if self.top_k < 1 or self.batch < 1:
+            raise ConfigError("distil top_k and batch must be >= 1")
+
+
+def check_members(memories: list[MLPMemory]) -> None:
+    """At least one memory, all scoring the same tokens (one corpus head's ids, or the full vocabulary)."""
+    if not memories:
+        raise ConfigError("a distilled teacher needs at least one memory")
+    ids = [None if m.vocab_ids is None else m.vocab_ids.tolist() for m in memories]
+    if any(i != ids[0] for i in ids[1:]):
+        raise ConfigError("the memories score different vocabularies: their distributions cannot be averaged")
+
+
+@torch.no_grad()
+def averaged_probs(memories: list[MLPMemory], keys: np.ndarray) -> torch.Tensor:
+    """(n, V') the memories' distributions at ``keys`` averaged, over their head's rows."""
+    x = torch.from_numpy(np.asarray(keys, np.float32))
+    total = None
+    for m in memories:
+        p = torch.softmax(m(x, full_vocab=False).float(), dim=-1)
+        total = p if total is None else total.add_(p)
+    return total.div_(len(memories))
+
+
+def head_columns(ids: np.ndarray, vocab_ids: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Columns of full-vocabulary ``ids`` (n, K) in a head with rows ``vocab_ids`` and whether each is covered
+    (``-1`` pads and tokens outside a corpus head are not)."""
+    t = torch.from_numpy(ids.astype(np.int64))
+    if vocab_ids is None:
+        return t.clamp_min(0), t >= 0
+    cols = torch.searchsorted(vocab_ids, t.clamp_min(0)).clamp(max=len(vocab_ids) - 1)
+    return cols, (t >= 0) & (vocab_ids[cols] == t)
+
+
+def distilled_rows(memories: list[MLPMemory], keys: np.ndarray, knn: Rows | None, knn_weight: float,
+                   top_k: int) -> Rows:
+    """The sparse targets of ``keys``: the memories' average, mixed with the kNN rows ``knn`` at ``knn_weight``."""
+    probs = averaged_probs(memories, keys)
+    vocab_ids = memories[0].vocab_ids
+    if knn is not None and knn_weight > 0:
+        ids, knn_probs, _ = knn
+        cols, covered = head_columns(ids, vocab_ids)
+        mass = torch.from_numpy(knn_probs.astype(np.float32)) * covered
+        probs.mul_(1.0 - knn_weight).scatter_add_(1, cols, knn_weight * mass)
+    return top_rows(probs, top_k, vocab_ids)
+
+
+def _settings(store: KeyStore, memory_dirs: list[Path], knn: TeacherStore | None, cfg: DistilConfig) -> dict:
+    return {
+        "format": FORMAT,
+        "source": "memories",
+        "datastore_manifest_sha": sha256_file(store.path / MANIFEST),
+        "backbone": store.fingerprint,
+        "memories": [sha256_file(Path(d) / "model.safetensors") for d in memory_dirs],
+        "knn_teacher_manifest_sha": None if knn is None else sha256_file(knn.path / MANIFEST),
+        "knn_weight": cfg.knn_weight,
+        "top_k": cfg.top_k,
+    }
+
+
+def build_distilled_teacher(datastore_dir: str | Path, memory_dirs: list[str | Path], memories: list[MLPMemory],
+                            out_dir: str | Path, cfg: DistilConfig, knn_teacher: str | Path | None = None,
+                            rebuild: bool = False, progress: bool = True) -> dict:
+    """Write the distilled targets of every datastore position to ``out_dir`` (a teacher folder).
+
+    ``memories`` are the loaded memories saved in ``memory_dirs`` (their weights' checksums are the build's
+    settings); ``knn_teacher`` is the run's kNN teacher folder, needed when ``cfg.knn_weight > 0``.
+    """
+    check_members(memories)
+    if len(memory_dirs) != len(memories):
+        raise ConfigError(f"{len(memories)} memories for {len(memory_dirs)} memory folders")
+    if cfg.knn_weight > 0 and knn_teacher is None:
+        raise ConfigError("distil knn_weight > 0 needs the run's kNN teacher")
+    set_threads()
+    dist = current()
+    store = KeyStore(datastore_dir)
+    knn = None if knn_teacher is None or cfg.knn_weight == 0 else TeacherStore(knn_teacher, datastore=store)
+    out_dir, num_shards = Path(out_dir), len(store.shards)
+    manifest = open_build(out_dir, _settings(store, [Path(d) for d in memory_dirs], knn, cfg),
+                          dict(rows=0, shards=[], complete=False, bytes_per_token=cfg.top_k * 6 + 4), rebuild, dist,
+                          "distilled teacher")
+    if manifest["complete"]:
+        return manifest
+    done = done_indices(out_dir, manifest, f"distilled teacher {out_dir}")
+    for m in memories:
+        m.eval()
+    pending = [s for s in range(num_shards) if s not in done]
+    bar = tqdm(total=sum(store.shards[s]["keys"].shape[0] for s in pending), unit="tok", disable=not progress,
+               desc="distilled teacher", dynamic_ncols=True)
+    for s in pending:
+        manifest = write_shard(out_dir, manifest, s, list(_shard_rows(store, s, memories, knn, cfg, bar)),
+                                num_shards)
+    bar.close()
+    return finish_build(out_dir, num_shards, dist, "distilled teacher")
+
+
+def _shard_rows(store: KeyStore, s: int, memories: list[MLPMemory], knn: TeacherStore | None, cfg: DistilConfig,
+                bar):
+    """The targets of datastore shard ``s``, batch by batch."""
+    keys = store.shards[s]["keys"]
+    start = int(store.offsets[s])
+    for b in range(0, keys.shape[0], cfg.batch):
+        rows = np.arange(start + b, start + min(b + cfg.batch, keys.shape[0]))
+        knn_rows = None if knn is None else tuple(knn.rows(f)[rows] for f in ("ids", "probs", "residual"))
+        yield distilled_rows(memories, keys[b : b + cfg.batch], knn_rows, cfg.knn_weight, cfg.top_k)
+        bar.update(len(rows))
+    release(keys)

@@ -1,0 +1,131 @@
+"""The distilled teacher: the memories' distributions averaged (and mixed with the kNN teacher) as sparse targets."""
+
+import numpy as np
+import pytest
+import torch
+
+from helpers.corpus import corpus_text
+from mlpmem.corpora.documents import Document, tokenize_documents
+from mlpmem.datastore import KeyStore, build_keystore
+from mlpmem.distil import DistilConfig, build_distilled_teacher, distilled_rows
+from mlpmem.errors import ConfigError, CorruptArtifact
+from mlpmem.memory import MemoryConfig, MLPMemory
+from mlpmem.teacher import TeacherConfig, TeacherStore, build_teacher
+
+D, V = 8, 20
+
+
+def _memory(seed: int, **kw) -> MLPMemory:
+    torch.manual_seed(seed)
+    return MLPMemory(MemoryConfig(input_size=D, vocab_size=V, intermediate_size=16, num_layers=1, **kw)).eval()
+
+
+def _dense(rows) -> np.ndarray:
+    ids, probs, _ = rows
+    out = np.zeros((len(ids), V))
+    for r in range(len(ids)):
+        for i, p in zip(ids[r], probs[r]):
+            if i >= 0:
+                out[r, i] += p
+    return out
+
+
+def test_the_average_of_memories_top_k_with_its_residual():
+    a, b = _memory(0), _memory(1)
+    keys = np.random.default_rng(0).normal(size=(5, D)).astype(np.float32)
+    with torch.no_grad():
+        x = torch.from_numpy(keys)
+        ref = ((torch.softmax(a(x), -1) + torch.softmax(b(x), -1)) / 2).numpy()
+    ids, probs, residual = distilled_rows([a, b], keys, None, 0.0, top_k=V)
+    np.testing.assert_allclose(_dense((ids, probs, residual)), ref, atol=1e-6)
+    ids, probs, residual = distilled_rows([a, b], keys, None, 0.0, top_k=4)
+    assert ids.shape == (5, 4) and ids.dtype == np.int32
+    np.testing.assert_allclose(probs, np.sort(ref, 1)[:, ::-1][:, :4], atol=1e-6)  # the 4 most probable
+    np.testing.assert_allclose(probs.sum(1) + residual, 1.0, atol=1e-6)
+
+
+def test_knn_rows_mixed_in_at_their_weight():
+    a = _memory(0)
+    keys = np.random.default_rng(1).normal(size=(3, D)).astype(np.float32)
+    knn = (np.array([[2, 5, -1]] * 3, np.int32), np.array([[0.6, 0.3, 0.0]] * 3, np.float32),
+           np.full(3, 0.1, np.float32))
+    alone = _dense(distilled_rows([a], keys, None, 0.0, top_k=V))
+    mixed = _dense(distilled_rows([a], keys, knn, 0.25, top_k=V))
+    np.testing.assert_allclose(mixed, 0.75 * alone + 0.25 * _dense(knn), atol=1e-6)  # the kNN residual stays out
+    only = distilled_rows([a], keys, knn, 1.0, top_k=2)
+    assert (only[0] == [[2, 5]] * 3).all() and np.allclose(only[1], [[0.6, 0.3]] * 3, atol=1e-6)
+
+
+def test_a_corpus_head_gives_full_vocabulary_ids():
+    vocab_ids = torch.tensor([1, 4, 7, 9, 12, 15])
+    a = _memory(0, head_vocab_size=6)
+    a.set_head_vocab(vocab_ids)
+    keys = np.random.default_rng(2).normal(size=(4, D)).astype(np.float32)
+    knn = (np.array([[4, 3, -1]] * 4, np.int32), np.array([[0.5, 0.2, 0.0]] * 4, np.float32),
+           np.full(4, 0.3, np.float32))
+    ids, probs, residual = distilled_rows([a], keys, knn, 0.5, top_k=3)
+    assert set(ids.ravel().tolist()) <= set(vocab_ids.tolist())  # token 3 is outside the head: its mass is residual
+    np.testing.assert_allclose(probs.sum(1) + residual, 1.0, atol=1e-6)
+
+
+def test_members_must_share_a_head_and_the_weight_is_a_share():
+    a, b = _memory(0), _memory(1, head_vocab_size=6)
+    b.set_head_vocab(torch.arange(6))
+    with pytest.raises(ConfigError, match="different vocabularies"):
+        build_distilled_teacher("nowhere", ["a", "b"], [a, b], "out", DistilConfig())
+    with pytest.raises(ConfigError, match="knn_weight"):
+        DistilConfig(knn_weight=1.5)
+    with pytest.raises(ConfigError, match="needs the run's kNN teacher"):
+        build_distilled_teacher("nowhere", ["a"], [a], "out", DistilConfig(knn_weight=0.5))
+
+
+@pytest.fixture()
+def store_dir(tiny_llama, tiny_tokenizer, tmp_path):
+    docs = tokenize_documents([Document(str(i), t) for i, t in enumerate(corpus_text(4))], tiny_tokenizer)
+    build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", layer=-1, site="ffn_input", block_size=24,
+                   stride=12, batch_size=2, batches_per_shard=2, progress=False)
+    return tmp_path / "ds"
+
+
+def _saved_memories(store: KeyStore, folder, n: int) -> tuple[list, list[MLPMemory]]:
+    folders, memories = [], []
+    for seed in range(n):
+        torch.manual_seed(seed)
+        memory = MLPMemory(MemoryConfig(input_size=store.hidden_size, vocab_size=int(store.fingerprint["vocab_size"]),
+                                        intermediate_size=16, num_layers=1)).eval()
+        folders.append(memory.save_pretrained(folder / f"m{seed}"))
+        memories.append(memory)
+    return folders, memories
+
+
+def test_build_resumes_by_shard_and_checks_its_settings(store_dir, tmp_path, monkeypatch):
+    store = KeyStore(store_dir)
+    assert len(store.shards) > 1
+    build_teacher(store_dir, tmp_path / "knn", TeacherConfig(k=4, temperature=1.0, top_k=4), progress=False)
+    folders, memories = _saved_memories(store, tmp_path, 2)
+    cfg = DistilConfig(knn_weight=0.5, top_k=4, batch=7)
+    build_distilled_teacher(store_dir, folders, memories, tmp_path / "full", cfg, tmp_path / "knn", progress=False)
+    full = TeacherStore(tmp_path / "full", datastore=store)
+    assert full.num_rows == store.num_rows and full.array("ids").shape == (store.num_rows, 4)
+    np.testing.assert_allclose(full.array("probs").astype(np.float64).sum(1) + full.array("residual"), 1.0, atol=2e-3)
+
+    import mlpmem.distil as dm
+
+    real, calls = dm.write_shard, []
+
+    def dying(*args):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(dm, "write_shard", dying)
+    with pytest.raises(KeyboardInterrupt):
+        build_distilled_teacher(store_dir, folders, memories, tmp_path / "part", cfg, tmp_path / "knn", progress=False)
+    monkeypatch.setattr(dm, "write_shard", real)
+    build_distilled_teacher(store_dir, folders, memories, tmp_path / "part", cfg, tmp_path / "knn", progress=False)
+    for f in sorted((tmp_path / "full").glob("*.npy")):
+        assert f.read_bytes() == (tmp_path / "part" / f.name).read_bytes()
+    with pytest.raises(CorruptArtifact):  # the same folder asked for other targets
+        build_distilled_teacher(store_dir, folders[:1], memories[:1], tmp_path / "full", cfg, tmp_path / "knn",
+                                progress=False)
