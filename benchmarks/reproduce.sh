@@ -124,6 +124,8 @@ $M ablate configs/default.yaml --study size --out $D/size-recipe
 # the key layer and the seed's share (4 seeds and their memories averaged) at the shipped recipe
 $M ablate configs/default.yaml --study layer --variant layer=0.8 --variant layer=1.0 --out $D/layer
 $M ablate configs/default.yaml --study seeds --out $D/seeds
+# one memory trained against the seeds' memories averaged (needs the seeds study)
+$M ablate configs/default.yaml --study distil --out $D/distil
 # the learned gate on the quick run (docs/results/gate): the key-projection variant first, then the default gate
 MLPMEM_THREADS=1 $M gate configs/quick.yaml $W512 --set run_dir=runs/quick-corpus --set memory.vocab=corpus \
   --set gate.key_dim=4 --name quick-corpus+key4 --decode-tokens 16 --decode-rounds 21 --report docs/results/gate --quiet
