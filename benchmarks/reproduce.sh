@@ -124,6 +124,7 @@ $M ablate configs/default.yaml --study size --out $D/size-recipe
 # the key layer and the seed's share (4 seeds and their memories averaged) at the shipped recipe
 $M ablate configs/default.yaml --study layer --variant layer=0.8 --variant layer=1.0 --out $D/layer
 $M ablate configs/default.yaml --study seeds --out $D/seeds
+$M ablate configs/default.yaml --study teacher --out $D/teacher-recipe
 # one memory trained against the seeds' memories averaged (needs the seeds study)
 $M ablate configs/default.yaml --study distil --out $D/distil
 # the learned gate on the quick run (docs/results/gate): the key-projection variant first, then the default gate
