@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from helpers.corpus import corpus_text
+from helpers.faults import killed_after_first_shard
 from mlpmem.corpora.documents import Document, tokenize_documents
 from mlpmem.datastore import KeyStore, build_keystore
 from mlpmem.distil import DistilConfig, build_distilled_teacher, distilled_rows
@@ -111,18 +112,8 @@ def test_build_resumes_by_shard_and_checks_its_settings(store_dir, tmp_path, mon
 
     import mlpmem.distil as dm
 
-    real, calls = dm.write_shard, []
-
-    def dying(*args):
-        if calls:
-            raise KeyboardInterrupt
-        calls.append(1)
-        return real(*args)
-
-    monkeypatch.setattr(dm, "write_shard", dying)
-    with pytest.raises(KeyboardInterrupt):
+    with killed_after_first_shard(monkeypatch, dm):
         build_distilled_teacher(store_dir, folders, memories, tmp_path / "part", cfg, tmp_path / "knn", progress=False)
-    monkeypatch.setattr(dm, "write_shard", real)
     build_distilled_teacher(store_dir, folders, memories, tmp_path / "part", cfg, tmp_path / "knn", progress=False)
     for f in sorted((tmp_path / "full").glob("*.npy")):
         assert f.read_bytes() == (tmp_path / "part" / f.name).read_bytes()

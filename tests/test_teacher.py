@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from helpers.corpus import corpus_text
+from helpers.faults import killed_after_first_shard
 from mlpmem.corpora.documents import Document, tokenize_documents
 from mlpmem.datastore import KeyStore, build_keystore
 from mlpmem.errors import ConfigError, FingerprintMismatch
@@ -87,18 +88,8 @@ def test_teacher_resumes_and_checks_datastore(store_dir, tmp_path, monkeypatch):
     build_teacher(store_dir, tmp_path / "full", cfg, progress=False)
     import mlpmem.teacher as tm
 
-    real, calls = tm.write_shard, []
-
-    def dying(*args):
-        if calls:
-            raise KeyboardInterrupt
-        calls.append(1)
-        return real(*args)
-
-    monkeypatch.setattr(tm, "write_shard", dying)
-    with pytest.raises(KeyboardInterrupt):
+    with killed_after_first_shard(monkeypatch, tm):
         build_teacher(store_dir, tmp_path / "part", cfg, progress=False)
-    monkeypatch.setattr(tm, "write_shard", real)
     build_teacher(store_dir, tmp_path / "part", cfg, progress=False)
     for f in sorted((tmp_path / "full").glob("*.npy")):
         assert f.read_bytes() == (tmp_path / "part" / f.name).read_bytes()
