@@ -8,7 +8,7 @@ from helpers.corpus import corpus_text
 from helpers.faults import killed_after_first_shard
 from mlpmem.corpora.documents import Document, tokenize_documents
 from mlpmem.datastore import KeyStore, build_keystore
-from mlpmem.distil import DistilConfig, build_distilled_teacher, distilled_rows
+from mlpmem.distil import DistilConfig, build_distilled_teacher, check_members, distilled_rows
 from mlpmem.errors import ConfigError, CorruptArtifact
 from mlpmem.memory import MemoryConfig, MLPMemory
 from mlpmem.teacher import TeacherConfig, TeacherStore, build_teacher
@@ -73,11 +73,11 @@ def test_members_must_share_a_head_and_the_weight_is_a_share():
     a, b = _memory(0), _memory(1, head_vocab_size=6)
     b.set_head_vocab(torch.arange(6))
     with pytest.raises(ConfigError, match="different vocabularies"):
-        build_distilled_teacher("nowhere", ["a", "b"], [a, b], "out", DistilConfig())
+        check_members([a, b])
     with pytest.raises(ConfigError, match="knn_weight"):
         DistilConfig(knn_weight=1.5)
     with pytest.raises(ConfigError, match="needs the run's kNN teacher"):
-        build_distilled_teacher("nowhere", ["a"], [a], "out", DistilConfig(knn_weight=0.5))
+        build_distilled_teacher("nowhere", ["a"], "out", DistilConfig(knn_weight=0.5))
 
 
 @pytest.fixture()
@@ -103,9 +103,9 @@ def test_build_resumes_by_shard_and_checks_its_settings(store_dir, tmp_path, mon
     store = KeyStore(store_dir)
     assert len(store.shards) > 1
     build_teacher(store_dir, tmp_path / "knn", TeacherConfig(k=4, temperature=1.0, top_k=4), progress=False)
-    folders, memories = _saved_memories(store, tmp_path, 2)
+    folders, _ = _saved_memories(store, tmp_path, 2)
     cfg = DistilConfig(knn_weight=0.5, top_k=4, batch=7)
-    build_distilled_teacher(store_dir, folders, memories, tmp_path / "full", cfg, tmp_path / "knn", progress=False)
+    build_distilled_teacher(store_dir, folders, tmp_path / "full", cfg, tmp_path / "knn", progress=False)
     full = TeacherStore(tmp_path / "full", datastore=store)
     assert full.num_rows == store.num_rows and full.array("ids").shape == (store.num_rows, 4)
     np.testing.assert_allclose(full.array("probs").astype(np.float64).sum(1) + full.array("residual"), 1.0, atol=2e-3)
@@ -113,10 +113,10 @@ def test_build_resumes_by_shard_and_checks_its_settings(store_dir, tmp_path, mon
     import mlpmem.distil as dm
 
     with killed_after_first_shard(monkeypatch, dm):
-        build_distilled_teacher(store_dir, folders, memories, tmp_path / "part", cfg, tmp_path / "knn", progress=False)
-    build_distilled_teacher(store_dir, folders, memories, tmp_path / "part", cfg, tmp_path / "knn", progress=False)
+        build_distilled_teacher(store_dir, folders, tmp_path / "part", cfg, tmp_path / "knn", progress=False)
+    build_distilled_teacher(store_dir, folders, tmp_path / "part", cfg, tmp_path / "knn", progress=False)
     for f in sorted((tmp_path / "full").glob("*.npy")):
         assert f.read_bytes() == (tmp_path / "part" / f.name).read_bytes()
     with pytest.raises(CorruptArtifact):  # the same folder asked for other targets
-        build_distilled_teacher(store_dir, folders[:1], memories[:1], tmp_path / "full", cfg, tmp_path / "knn",
+        build_distilled_teacher(store_dir, folders[:1], tmp_path / "full", cfg, tmp_path / "knn",
                                 progress=False)

@@ -27,12 +27,10 @@ from mlpmem.config import Config
 from mlpmem.datastore import KeyStore
 from mlpmem.errors import ConfigError
 from mlpmem.memory import MLPMemory
-from mlpmem.teacher import FORMAT, TeacherStore, top_rows, write_shard
-from mlpmem.utils.distributed import current, done_indices, finish_build, open_build
+from mlpmem.teacher import FORMAT, Rows, TeacherStore, teacher_rows_at, top_rows, write_shard
+from mlpmem.utils.distributed import current, done_indices, finish_build, my_slice, open_build
 from mlpmem.utils.runtime import set_threads
 from mlpmem.utils.shards import MANIFEST, release, sha256_file
-
-Rows = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 @dataclass
@@ -107,17 +105,18 @@ def _settings(store: KeyStore, memory_dirs: list[Path], knn: TeacherStore | None
     }
 
 
-def build_distilled_teacher(datastore_dir: str | Path, memory_dirs: list[str | Path], memories: list[MLPMemory],
-                            out_dir: str | Path, cfg: DistilConfig, knn_teacher: str | Path | None = None,
+def build_distilled_teacher(datastore_dir: str | Path, memory_dirs: list[str | Path], out_dir: str | Path,
+                            cfg: DistilConfig, knn_teacher: str | Path | None = None, backbone=None,
                             rebuild: bool = False, progress: bool = True) -> dict:
     """Write the distilled targets of every datastore position to ``out_dir`` (a teacher folder).
 
-    ``memories`` are the loaded memories saved in ``memory_dirs`` (their weights' checksums are the build's
-    settings); ``knn_teacher`` is the run's kNN teacher folder, needed when ``cfg.knn_weight > 0``.
+    The memories saved in ``memory_dirs`` (their weights' checksums are the build's settings) are loaded only when
+    something is left to build, against ``backbone`` ``(model, tokenizer)`` (needed for a tied head);
+    ``knn_teacher`` is the run's kNN teacher folder, needed when ``cfg.knn_weight > 0``. Under several processes
+    each scores its slice of the shards.
     """
-    check_members(memories)
-    if len(memory_dirs) != len(memories):
-        raise ConfigError(f"{len(memories)} memories for {len(memory_dirs)} memory folders")
+    if not memory_dirs:
+        raise ConfigError("a distilled teacher needs at least one memory")
     if cfg.knn_weight > 0 and knn_teacher is None:
         raise ConfigError("distil knn_weight > 0 needs the run's kNN teacher")
     set_threads()
@@ -131,14 +130,16 @@ def build_distilled_teacher(datastore_dir: str | Path, memory_dirs: list[str | P
     if manifest["complete"]:
         return manifest
     done = done_indices(out_dir, manifest, f"distilled teacher {out_dir}")
-    for m in memories:
-        m.eval()
-    pending = [s for s in range(num_shards) if s not in done]
+    model, tokenizer = backbone or (None, None)
+    memories = [MLPMemory.from_pretrained(d, backbone_model=model, backbone_tokenizer=tokenizer).eval()
+                for d in memory_dirs]
+    check_members(memories)
+    pending = my_slice([s for s in range(num_shards) if s not in done], dist)
     bar = tqdm(total=sum(store.shards[s]["keys"].shape[0] for s in pending), unit="tok", disable=not progress,
                desc="distilled teacher", dynamic_ncols=True)
     for s in pending:
         manifest = write_shard(out_dir, manifest, s, list(_shard_rows(store, s, memories, knn, cfg, bar)),
-                                num_shards)
+                               num_shards, dist)
     bar.close()
     return finish_build(out_dir, num_shards, dist, "distilled teacher")
 
@@ -150,7 +151,7 @@ def _shard_rows(store: KeyStore, s: int, memories: list[MLPMemory], knn: Teacher
     start = int(store.offsets[s])
     for b in range(0, keys.shape[0], cfg.batch):
         rows = np.arange(start + b, start + min(b + cfg.batch, keys.shape[0]))
-        knn_rows = None if knn is None else tuple(knn.rows(f)[rows] for f in ("ids", "probs", "residual"))
+        knn_rows = None if knn is None else teacher_rows_at(knn, rows)
         yield distilled_rows(memories, keys[b : b + cfg.batch], knn_rows, cfg.knn_weight, cfg.top_k)
         bar.update(len(rows))
     release(keys)

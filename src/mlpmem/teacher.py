@@ -46,6 +46,8 @@ from mlpmem.utils.shards import (
 )
 
 FORMAT = "mlpmem.teacher/1"
+Rows = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""Sparse targets ``(ids (n, K) int32, probs (n, K) fp32, residual (n,) fp32)``."""
 SPARSE_ROWS = 4096
 """Rows turned into sparse targets at once (bounds the aggregation's memory whatever the search batch)."""
 
@@ -239,13 +241,19 @@ def write_shard(out_dir: Path, manifest: dict, index: int, parts, num_shards: in
     return manifest
 
 
-def top_rows(probs: torch.Tensor, top_k: int, vocab_ids: torch.Tensor | None = None):
+def top_rows(probs: torch.Tensor, top_k: int, vocab_ids: torch.Tensor | None = None) -> Rows:
     """Sparse rows of distributions ``probs`` (n, V): their top-K tokens (column ids mapped through ``vocab_ids``
     when given, as for a corpus head), probabilities and residual mass, as numpy ``(ids, probs, residual)``."""
     top, cols = torch.topk(probs, min(top_k, probs.shape[1]), dim=-1)  # (n, K)
     ids = cols if vocab_ids is None else vocab_ids[cols]
     residual = (1.0 - top.sum(-1)).clamp_min(0.0)
     return ids.to(torch.int32).numpy(), top.numpy(), residual.numpy().astype(np.float32)
+
+
+def teacher_rows_at(teacher, rows: np.ndarray) -> Rows:
+    """The sparse rows ``rows`` of a teacher (anything with ``.rows("ids" | "probs" | "residual")``)."""
+    return (teacher.rows("ids")[rows], teacher.rows("probs")[rows].astype(np.float32),
+            teacher.rows("residual")[rows])
 
 
 class TeacherStore:

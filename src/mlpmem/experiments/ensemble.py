@@ -113,8 +113,8 @@ def train_distilled(run, folder: Path, overrides: dict) -> dict:
     members_sha = hashlib.sha256("".join(sha256_file(f / "model.safetensors") for f in members).encode())
     # one teacher per member set and weight: seeds trained again (another recipe) get a teacher of their own
     teacher = run.path("ablations", "distil", f"teacher-knn{distil.knn_weight:g}-{members_sha.hexdigest()[:8]}")
-    build_distilled_teacher(run.layout.datastore, members, load_memories(run, members), teacher, distil,
-                            knn_teacher=run.layout.teacher, progress=run.progress)
+    build_distilled_teacher(run.layout.datastore, members, teacher, distil, knn_teacher=run.layout.teacher,
+                            backbone=run.backbone, progress=run.progress)
     cfg = with_overrides(run.cfg, {k: v for k, v in overrides.items() if "." in k})
     cfg = dataclasses.replace(cfg, run_dir=str(folder))
     folder.mkdir(parents=True, exist_ok=True)

@@ -43,9 +43,9 @@ from mlpmem.maintenance.targets import (
     knn_rows,
     pure_label,
     restrict_to_head,
-    teacher_rows_at,
 )
 from mlpmem.pipeline.run import Run
+from mlpmem.teacher import teacher_rows_at
 from mlpmem.utils.runtime import set_threads
 from mlpmem.utils.shards import atomic_write_bytes
 

@@ -29,10 +29,7 @@ from mlpmem.backbone import autocast, base_model, output_logits
 from mlpmem.corpora.documents import make_windows
 from mlpmem.datastore import pad_windows
 from mlpmem.distil import distilled_rows
-from mlpmem.teacher import knn_sparse, top_rows
-
-Rows = tuple[np.ndarray, np.ndarray, np.ndarray]
-"""Sparse targets ``(ids (n, K) int32, probs (n, K) fp32, residual (n,) fp32)``."""
+from mlpmem.teacher import Rows, knn_sparse, top_rows
 
 
 def empty_rows(top_k: int) -> Rows:
@@ -83,12 +80,6 @@ def memory_rows(memory, keys, top_k: int, batch: int = 1024) -> Rows:
     memory.eval()
     parts = [distilled_rows([memory], keys[b : b + batch], None, 0.0, top_k) for b in range(0, len(keys), batch)]
     return concat_rows(parts, top_k)
-
-
-def teacher_rows_at(teacher, rows: np.ndarray) -> Rows:
-    """The sparse rows ``rows`` of a teacher (anything with ``.rows("ids" | "probs" | "residual")``)."""
-    return (teacher.rows("ids")[rows], teacher.rows("probs")[rows].astype(np.float32),
-            teacher.rows("residual")[rows])
 
 
 def restrict_to_head(rows: Rows, head_ids: np.ndarray | None) -> Rows:

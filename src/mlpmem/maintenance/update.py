@@ -55,9 +55,10 @@ from mlpmem.maintenance.shards import (
     used_numbers,
     with_shards,
 )
-from mlpmem.maintenance.targets import fold_label, memory_rows, pure_label, teacher_rows_at
+from mlpmem.maintenance.targets import fold_label, memory_rows, pure_label
 from mlpmem.memory import MLPMemory
 from mlpmem.pipeline.run import Run
+from mlpmem.teacher import teacher_rows_at
 from mlpmem.utils.runtime import set_threads
 
 COMMAND = "mlpmem update RUN"

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from mlpmem.distil import averaged_probs
 from mlpmem.inference.perplexity import best_lambda, lambda_curve, perplexity, tokens_for_mass
 from mlpmem.memory.model import MLPMemory
 from mlpmem.memory.vocab import covered_perplexity, to_head_ids
@@ -94,12 +95,9 @@ def memory_mass80(memory: MLPMemory, keys: np.ndarray, rows: int = SHARPNESS_ROW
     return averaged_mass80([memory], keys, rows)
 
 
-@torch.no_grad()
 def averaged_mass80(memories: list[MLPMemory], keys: np.ndarray, rows: int = SHARPNESS_ROWS) -> float:
     """:func:`memory_mass80` of the memories' distributions averaged (they share one head's rows)."""
-    x = torch.from_numpy(np.asarray(keys[:rows], np.float32))
-    probs = torch.stack([torch.softmax(m(x, full_vocab=False).float(), -1) for m in memories]).mean(0)  # (n, V')
-    return tokens_for_mass(probs, 0.8).double().mean().item()
+    return tokens_for_mass(averaged_probs(memories, keys[:rows]), 0.8).double().mean().item()
 
 
 def evaluate(memory: MLPMemory, data: EvalData, lambdas: list[float]) -> dict:
