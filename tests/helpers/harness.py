@@ -23,6 +23,18 @@ TASKS = {
                  "metric_list: [{metric: word_perplexity}]\n",
 }
 
+MC_ITEMS = [
+    {"context": "The old lighthouse keeper", "choices": ["walked", "walked along the shore at dawn", "sang", "."],
+     "label": 1},
+    {"context": "He counted the gulls", "choices": [" and the boats", " twice", " in a small green book"],
+     "label": 0},
+    {"context": "When the storm came in November,", "choices": ["the boats stayed home", "nothing"], "label": 0},
+]
+MC_TASK = ("output_type: multiple_choice\ndoc_to_text: '{{context}}'\ndoc_to_choice: choices\n"
+           "doc_to_target: label\ntarget_delimiter: ' '\nmetric_list: [{metric: acc},\n"
+           "  {metric: acc_mutual_info, aggregation: mean, higher_is_better: true}]\n")
+"""Multiple choice over :data:`MC_ITEMS`: choices of one and of several tokens, PMI's unconditional requests."""
+
 
 def write_task(folder, name: str, body: str, data) -> None:
     """A task YAML reading ``data`` (a JSON lines file) through datasets' ``json`` builder, cached in ``folder``."""
@@ -37,6 +49,14 @@ def write_tasks(folder) -> None:
     data.write_text("".join(json.dumps(d) + "\n" for d in DOCS))
     for name, body in TASKS.items():
         write_task(folder, name, body, data)
+
+
+def write_mc_task(folder):
+    """``tiny_mc``: :data:`MC_ITEMS` scored by accuracy and PMI accuracy, in ``folder`` (returned)."""
+    data = folder / "items.jsonl"
+    data.write_text("".join(json.dumps(d) + "\n" for d in MC_ITEMS))
+    write_task(folder, "tiny_mc", MC_TASK, data)
+    return folder
 
 
 def generation_task(folder, stop: str, data, max_gen_toks: int = 8) -> None:

@@ -43,6 +43,7 @@ BENCH = "mlpmem.experiments.bench.cli"
 INFER = "mlpmem.experiments.bench.infer.config:InferBenchConfig"
 OFFLINE = "mlpmem.experiments.bench.offline:OfflineBenchConfig"
 PACKING = "mlpmem.experiments.bench.packing:PackingBenchConfig"
+LM_EVAL_BENCH = "mlpmem.experiments.bench.lm_eval_contexts:LmEvalBenchConfig"
 KNN = "mlpmem.experiments.bench.knn_setup:KnnSetupConfig"
 MOSAICS = "mlpmem.experiments.mosaics.cli"
 MODEL = Arg("--model", choices="mlpmem.experiments.mosaics.cli:MODELS", default="both",
@@ -231,6 +232,16 @@ EXPERIMENTS = [
                 Arg("--repeats", type=int, default_from=PACKING, help="timed repetitions (after the warm-up)"),
                 Arg("--tokens", type=int, default_from=PACKING, help="synthetic-facts tokens encoded per variant"),
                 Arg("--docs", dest="docs_dir", default_from=PACKING, help="folder of packing.md and packing.json"))),
+    Command("lm-eval", "bench", f"{BENCH}:bench_lm_eval",
+            "lm-eval multiple choice: shared contexts vs HFLM's path, same answers", (
+                Arg("run", nargs="?", default_from=LM_EVAL_BENCH, help="a finished run"),
+                Arg("--methods", type=_names, default_from=LM_EVAL_BENCH, help="comma-separated methods"),
+                Arg("--limit", type=int, default_from=LM_EVAL_BENCH, help="items per task"),
+                Arg("--repeats", type=int, default_from=LM_EVAL_BENCH, help="timed rounds"),
+                Arg("--threads", type=int, help="torch threads (default: all cores)"),
+                Arg("--tasks-dir", default_from=LM_EVAL_BENCH, help="a prepared task folder (empty: write one)"),
+                Arg("--docs", dest="docs_dir", default_from=LM_EVAL_BENCH,
+                    help="folder of lm-eval-contexts.md and .json"))),
     Command("scale", "bench", "mlpmem.experiments.bench.scale.run:main_from_args",
             "1 vs N processes, peak RSS against datastore size, resume vs rerun", (
                 Arg("config", nargs="?", default="configs/quick.yaml", help="config whose corpus/backbone to use"),

@@ -20,7 +20,9 @@ and generate_until (batched, stop strings, KV cache) are lm-eval's code. The met
   - ``method=mosaics``: a trained Memory Mosaics folder (``pretrained=<folder>``) with its own tokenizer.
 
 model_args: ``run=<run folder>`` (or ``pretrained=<folder>``), ``method=``, ``lam=auto|<float>`` ("auto": the
-run's validation choice), ``gate=true`` (the run's learned gate; ``gate_offset=`` shifts its logit, ``gate_dir=``
+run's validation choice), ``share_context=false`` (every loglikelihood request runs its context anew, as
+``HFLM`` does; default: requests sharing a context run it once, :mod:`mlpmem.evaluation.shared_context`),
+``gate=true`` (the run's learned gate; ``gate_offset=`` shifts its logit, ``gate_dir=``
 takes another gate saved with the run's memory), ``docs=``, ``top_k=``, ``passage_words=``, ``max_prompt_tokens=``
 (RAG), ``weights=`` (CPT, LoRA), plus any ``HFLM`` argument (``batch_size``, ``max_length``, ``device``...). lm-eval
 only knows the type once this module is imported:
@@ -43,6 +45,7 @@ from lm_eval.utils import handle_non_serializable, make_table
 
 from mlpmem.errors import ConfigError
 from mlpmem.evaluation.methods import METHODS, MethodArgs, build_model
+from mlpmem.evaluation.shared_context import shared_context_loglikelihood, shared_groups
 from mlpmem.pipeline.hf_export import AUTO
 from mlpmem.utils.shards import atomic_write_bytes
 
@@ -58,16 +61,20 @@ class MlpmemLM(HFLM):
                  lam: float | str = AUTO, gate: bool = False, gate_offset: float = 0.0, gate_dir: str | None = None,
                  docs: str | None = None,
                  weights: str | None = None, top_k: int | None = None, passage_words: int | None = None,
-                 max_prompt_tokens: int | None = None, device: str | None = None, **kwargs):
+                 max_prompt_tokens: int | None = None, device: str | None = None, share_context: bool = True,
+                 **kwargs):
         args = MethodArgs(run=run, pretrained=pretrained, method=method, lam=lam, gate=gate, gate_offset=gate_offset,
                           gate_dir=gate_dir, docs=docs, weights=weights, top_k=top_k, passage_words=passage_words,
                           max_prompt_tokens=max_prompt_tokens)
+        if not isinstance(share_context, bool):
+            raise ConfigError(f"share_context must be true or false, got {share_context!r}")
         loaded = build_model(args)
         if device:
             loaded.model.to(device)
         kwargs.setdefault("backend", "causal")
         super().__init__(pretrained=loaded.model, tokenizer=loaded.tokenizer, **kwargs)
         self._mixing, self._rag = loaded.mixing, loaded.rag
+        self.share_context, self._caches = share_context, loaded.caches
         self._source = args.source() | ({"lam": loaded.lam} if loaded.lam is not None else {})
 
     def _with_passages(self, requests: list[Instance]) -> list[Instance]:
@@ -88,6 +95,31 @@ class MlpmemLM(HFLM):
             raise ConfigError("loglikelihood_rolling is not defined for RAG (a rolling text has no context to "
                               "retrieve with): score RAG on loglikelihood or generate_until tasks")
         return super().loglikelihood_rolling(requests, disable_tqdm)
+
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, override_bs: int | None = None):
+        """``HFLM``'s, with the requests that share a context scored after one run of it
+        (:mod:`mlpmem.evaluation.shared_context`); the rest, and every request with ``share_context=false``,
+        go through ``HFLM``'s own batched path."""
+        if not (self.share_context and self._caches) or self.backend != "causal":
+            return super()._loglikelihood_tokens(requests, disable_tqdm, override_bs)
+        groups, rest = shared_groups(requests, self.max_length)
+        batch_size = override_bs or (self.batch_size if isinstance(self.batch_size, int) else 8)
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        shared = shared_context_loglikelihood(self._cached_forward, requests, groups, batch_size, pad_id,
+                                              progress=not disable_tqdm and self.rank == 0)
+        for i, answer in shared.items():
+            if requests[i][0] is not None:
+                self.cache_hook.add_partial("loglikelihood", requests[i][0], answer)
+        plain = super()._loglikelihood_tokens([requests[i] for i in rest], disable_tqdm, override_bs) if rest else []
+        scored = shared | dict(zip(rest, plain))
+        return [scored[i] for i in range(len(requests))]
+
+    def _cached_forward(self, ids, past, last_only: bool):
+        """The model on ``ids`` after ``past`` (its KV cache), in the method's mixing context."""
+        with self._mixing():
+            out = self.model(input_ids=ids.to(self.device), cache=past, use_cache=True,
+                             logits_to_keep=1 if last_only else 0)
+        return out.logits, out.cache
 
     def _model_call(self, inps, attn_mask=None, labels=None):
         with self._mixing():

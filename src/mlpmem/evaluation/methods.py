@@ -138,6 +138,8 @@ class Loaded:
     """The λ used (None where nothing is mixed)."""
     rag: RAG | None = None
     """RAG's retrieval, whose passages go before every context."""
+    caches: bool = True
+    """The model takes and returns a KV cache (``cache``), so a shared context can run once."""
 
 
 def read_docs(path: str | Path) -> list[dict]:
@@ -183,7 +185,7 @@ def load_mosaics(folder: str | Path) -> tuple[nn.Module, object]:
 def build_model(args: MethodArgs) -> Loaded:
     """The model, tokenizer, mixing context, λ and retrieval of ``args.method``."""
     if args.method == "mosaics":
-        return Loaded(*load_mosaics(args.pretrained))
+        return Loaded(*load_mosaics(args.pretrained), caches=False)  # its memories attend to every position anew
     if args.pretrained is not None:
         model = MemoryAugmentedForCausalLM.from_pretrained(args.pretrained)
         if args.lam != AUTO:

@@ -1,7 +1,7 @@
-"""The commands ``mlpmem bench infer``, ``offline`` and ``packing`` (declared in :mod:`mlpmem.cli.table`).
+"""The commands ``mlpmem bench infer``, ``offline``, ``packing`` and ``lm-eval`` (declared in :mod:`mlpmem.cli.table`).
 
 An option left out is ``None`` and keeps the default of ``InferBenchConfig`` / ``OfflineBenchConfig`` /
-``PackingBenchConfig``.
+``PackingBenchConfig`` / ``LmEvalBenchConfig``.
 """
 
 from __future__ import annotations
@@ -44,3 +44,10 @@ def bench_offline(args: argparse.Namespace) -> None:
 def bench_packing(args: argparse.Namespace) -> None:
     values = _given(args, ("threads", "repeats", "tokens", "docs_dir"))
     packing.main(args.config, packing.PackingBenchConfig(**values))
+
+
+def bench_lm_eval(args: argparse.Namespace) -> None:
+    from mlpmem.experiments.bench import lm_eval_contexts  # imports lm-eval, which the other benchmarks do not need
+
+    values = _given(args, ("run", "methods", "limit", "repeats", "threads", "tasks_dir", "docs_dir"))
+    lm_eval_contexts.main(lm_eval_contexts.LmEvalBenchConfig(**values))

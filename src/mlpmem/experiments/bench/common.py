@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 from pathlib import Path
 
 from mlpmem.errors import ConfigError
@@ -45,3 +46,18 @@ def write_text(path: str | Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text if text.endswith("\n") else text + "\n")
     return path
+
+
+def interleave(fns: dict, warmup: int, repeats: int) -> dict[str, dict[str, list[float]]]:
+    """Wall and CPU seconds (this process, all its threads) of each function over ``warmup + repeats`` rounds in
+    rotating order, warm-up rounds dropped. CPU time barely counts the time other jobs of a shared machine take."""
+    names = list(fns)
+    seconds = {n: {"wall": [], "cpu": []} for n in fns}
+    for rep in range(warmup + repeats):
+        for name in names[rep % len(names):] + names[: rep % len(names)]:
+            wall, cpu = time.perf_counter(), time.process_time()
+            fns[name]()
+            if rep >= warmup:
+                seconds[name]["wall"].append(time.perf_counter() - wall)
+                seconds[name]["cpu"].append(time.process_time() - cpu)
+    return seconds

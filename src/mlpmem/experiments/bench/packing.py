@@ -22,7 +22,6 @@ next tokens must be equal.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from mlpmem.config import Config
 from mlpmem.corpora.documents import Document, Windows, make_windows, tokenize_documents
 from mlpmem.datastore import encode_windows, packing_check, window_batches
 from mlpmem.errors import ConfigError, MlpmemError
-from mlpmem.experiments.bench.common import summarize, threads, write_text
+from mlpmem.experiments.bench.common import interleave, summarize, threads, write_text
 from mlpmem.experiments.qa.synthetic import SyntheticConfig, generate
 from mlpmem.pipeline.config import PipelineConfig
 from mlpmem.reporting.tables import markdown_table
@@ -102,21 +101,6 @@ def encode(model, variant: Variant, layer: int, site: str, precision: str) -> tu
     parts = [encode_windows(model, variant.docs, b, layer, site, False, precision, variant.pack_into)
              for b in variant.batches]
     return np.concatenate([p.keys for p in parts]), np.concatenate([p.values for p in parts])
-
-
-def interleave(fns: dict, warmup: int, repeats: int) -> dict[str, dict[str, list[float]]]:
-    """Wall and CPU seconds (this process, all its threads) of each function over ``warmup + repeats`` rounds in
-    rotating order, warm-up rounds dropped. CPU time barely counts the time other jobs of a shared machine take."""
-    names = list(fns)
-    seconds = {n: {"wall": [], "cpu": []} for n in fns}
-    for rep in range(warmup + repeats):
-        for name in names[rep % len(names):] + names[: rep % len(names)]:
-            wall, cpu = time.perf_counter(), time.process_time()
-            fns[name]()
-            if rep >= warmup:
-                seconds[name]["wall"].append(time.perf_counter() - wall)
-                seconds[name]["cpu"].append(time.process_time() - cpu)
-    return seconds
 
 
 def agreement(a: np.ndarray, b: np.ndarray) -> dict:

@@ -1,0 +1,98 @@
+"""Log-likelihoods with each context run once: the requests of a multiple-choice item share their context.
+
+lm-eval's ``HFLM`` scores every (context, continuation) pair as one sequence, so an item with four choices runs
+its context four times (eight with domain-conditional PMI's unconditional requests, which all share one short
+context). Here the requests are grouped by their context tokens; each group's context runs once with the KV
+cache kept (only its last position's distribution is computed: it predicts every continuation's first token),
+and the group's continuations then run together on copies of that cache, right-padded (a causal model's real
+positions never attend to the padding after them). The sums and greedy flags equal ``HFLM``'s up to float
+rounding: the same positions are computed, in other matmul shapes. Groups of one request gain nothing and are
+left to ``HFLM``'s own batched path, as are requests whose context must be truncated to fit the model.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+Forward = Callable[..., tuple[torch.Tensor, object]]
+"""``forward(input_ids, past, last_only) -> (logits (B, T, V), cache)``: the model in its mixing context."""
+
+
+@dataclass(frozen=True)
+class Group:
+    """The requests (indices into the caller's list) that share ``context``."""
+
+    context: tuple[int, ...]
+    members: tuple[int, ...]
+
+
+def shared_groups(requests: Sequence[tuple], max_length: int) -> tuple[list[Group], list[int]]:
+    """``requests`` (lm-eval's ``(request_str, context_enc, continuation_enc)``) split into groups of ≥ 2 sharing
+    a context, and the indices left to the plain path (alone with their context, or too long to fit)."""
+    by_context: dict[tuple[int, ...], list[int]] = {}
+    rest = []
+    for i, (_, context, continuation) in enumerate(requests):
+        if len(context) + len(continuation) > max_length + 1:
+            rest.append(i)  # truncated from the left by HFLM: not a shared prefix any more
+        else:
+            by_context.setdefault(tuple(context), []).append(i)
+    groups = []
+    for context, members in by_context.items():
+        if len(members) > 1:
+            groups.append(Group(context, tuple(members)))
+        else:
+            rest.extend(members)
+    return groups, sorted(rest)
+
+
+def _scores(logp: torch.Tensor, continuation: list[int]) -> tuple[float, bool]:
+    """Σ log p of ``continuation`` and whether it is the greedy path, from its positions' log-probs (T, V)."""
+    target = torch.tensor(continuation, device=logp.device)
+    greedy = bool((logp.argmax(-1) == target).all())
+    return float(logp.gather(1, target[:, None]).sum()), greedy
+
+
+def score_group(forward: Forward, group: Group, continuations: list[list[int]], batch_size: int,
+                pad_id: int) -> list[tuple[float, bool]]:
+    """Every continuation of ``group`` scored after its context, which runs once."""
+    ids = torch.tensor([group.context])
+    logits, cache = forward(ids, None, last_only=True)
+    first = F.log_softmax(logits[0, -1].float(), -1)  # predicts every continuation's first token
+    out = []
+    for start in range(0, len(continuations), batch_size):
+        chunk = continuations[start:start + batch_size]
+        rest = [c[:-1] for c in chunk]  # what each continuation feeds after the context
+        width = max(len(r) for r in rest)
+        tails = None
+        if width:
+            batch = torch.tensor([r + [pad_id] * (width - len(r)) for r in rest])
+            past = copy.deepcopy(cache)
+            past.batch_repeat_interleave(len(chunk))
+            tails = F.log_softmax(forward(batch, past, last_only=False)[0].float(), -1)
+        for row, continuation in enumerate(chunk):
+            n = len(continuation) - 1
+            logp = torch.cat([first[None], tails[row, :n]]) if n else first[None]
+            out.append(_scores(logp, continuation))
+    return out
+
+
+def shared_context_loglikelihood(forward: Forward, requests: Sequence[tuple], groups: list[Group], batch_size: int,
+                                 pad_id: int, progress: bool = True) -> dict[int, tuple[float, bool]]:
+    """``{request index: (Σ log p, greedy)}`` of every request in ``groups``."""
+    results: dict[int, tuple[float, bool]] = {}
+    bar = tqdm(total=sum(len(g.members) for g in groups), disable=not progress,
+               desc="Running loglikelihood requests (shared contexts)")
+    with torch.no_grad():
+        for group in groups:
+            continuations = [list(requests[i][2]) for i in group.members]
+            for i, scored in zip(group.members, score_group(forward, group, continuations, batch_size, pad_id)):
+                results[i] = scored
+            bar.update(len(group.members))
+    bar.close()
+    return results

@@ -1,0 +1,130 @@
+"""``mlpmem bench lm-eval``: multiple-choice scoring with shared contexts vs lm-eval's own path, in one run.
+
+Each method of a finished run is loaded once as the ``mlpmem`` lm-eval model type and scores the same local tasks
+(``mlpmem tasks prepare``'s nine BIG-bench tasks and TruthfulQA, ``limit`` items each) twice per round: with
+``share_context`` (each context runs once, :mod:`mlpmem.evaluation.shared_context`) and with ``HFLM``'s path,
+interleaved round by round. Reported per method: the wall and CPU seconds, the ratio of medians, and the agreement
+of the two: the largest difference of any request's log-likelihood, whether every greedy flag and every task's
+accuracy and PMI accuracy are equal.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lm_eval import simple_evaluate
+
+from mlpmem.config import Config
+from mlpmem.errors import ConfigError
+from mlpmem.evaluation.harness import MlpmemLM, task_manager
+from mlpmem.evaluation.methods import METHODS
+from mlpmem.experiments.bench.common import interleave, summarize, threads, write_text
+from mlpmem.experiments.tasks.choice_tasks import MC_GROUP, TRUTH_GROUP
+from mlpmem.reporting.tables import markdown_table
+
+SHARED, PLAIN = "shared contexts", "HFLM"
+
+
+@dataclass
+class LmEvalBenchConfig(Config):
+    run: str = "runs/quick"
+    """A finished run (its memory, datastore and corpus serve every method)."""
+    methods: list[str] = field(default_factory=lambda: ["backbone", "memory", "rag-bm25"])
+    tasks_dir: str = ""
+    """A folder ``mlpmem tasks prepare`` wrote; empty: one is written into ``out_dir/tasks``."""
+    tasks: list[str] = field(default_factory=lambda: [MC_GROUP, TRUTH_GROUP])
+    limit: int = 20
+    """Items per task."""
+    batch_size: int = 8
+    repeats: int = 1
+    warmup: int = 0
+    threads: int | None = None
+    out_dir: str = "runs/bench/lm-eval"
+    docs_dir: str = "docs/results/speed"
+    """Where ``lm-eval-contexts.md`` and ``lm-eval-contexts.json`` are written."""
+
+    def validate(self) -> None:
+        unknown = set(self.methods) - set(METHODS) | ({"mosaics"} & set(self.methods))
+        if not self.methods or unknown:
+            raise ConfigError(f"bench lm-eval: methods must be among {[m for m in METHODS if m != 'mosaics']}, "
+                              f"got {self.methods}")
+        if self.limit < 1 or self.batch_size < 1 or self.repeats < 1 or self.warmup < 0:
+            raise ConfigError("bench lm-eval needs limit, batch_size, repeats >= 1 and warmup >= 0")
+
+
+def tasks_folder(cfg: LmEvalBenchConfig) -> Path:
+    if cfg.tasks_dir:
+        return Path(cfg.tasks_dir)
+    from mlpmem.experiments.tasks.prepare import TasksConfig, prepare_tasks
+
+    folder = Path(cfg.out_dir) / "tasks"
+    if not (folder / "manifest.json").is_file():
+        prepare_tasks(TasksConfig(out=str(folder), mc_limit=cfg.limit, qa_config=None, qa_wikidata=0))
+    return folder
+
+
+def _responses(out: dict) -> list[tuple[float, bool]]:
+    """Every request's (log-likelihood, greedy) of every task, in task and item order."""
+    return [tuple(r[0]) for task in sorted(out["samples"])
+            for s in sorted(out["samples"][task], key=lambda s: s["doc_id"]) for r in s["resps"]]
+
+
+def _scores(out: dict) -> dict:
+    return {task: {k: v for k, v in res.items() if k.split(",")[0] in ("acc", "acc_mutual_info")}
+            for task, res in out["results"].items() if task in out["samples"]}
+
+
+def measure(cfg: LmEvalBenchConfig, method: str, folder: Path) -> dict:
+    """Both paths of one method: seconds, and how their answers compare."""
+    args = {} if method == "memory" else {"method": method}
+    lm = MlpmemLM(run=cfg.run, batch_size=cfg.batch_size, **args)
+    manager, last = task_manager(folder, local_only=True), {}
+
+    def scored(share: bool):
+        def go():
+            lm.share_context = share
+            last[share] = simple_evaluate(model=lm, tasks=cfg.tasks, task_manager=manager, limit=cfg.limit,
+                                          log_samples=True)
+        return go
+
+    seconds = interleave({SHARED: scored(True), PLAIN: scored(False)}, cfg.warmup, cfg.repeats)
+    shared, plain = _responses(last[True]), _responses(last[False])
+    return {"requests": len(plain),
+            "seconds": {name: {clock: summarize(s) for clock, s in times.items()} for name, times in seconds.items()},
+            "speedup_wall": summarize(seconds[PLAIN]["wall"])["median"] / summarize(seconds[SHARED]["wall"])["median"],
+            "speedup_cpu": summarize(seconds[PLAIN]["cpu"])["median"] / summarize(seconds[SHARED]["cpu"])["median"],
+            "max_abs_loglik_diff": max(abs(a[0] - b[0]) for a, b in zip(shared, plain)),
+            "greedy_equal": all(a[1] == b[1] for a, b in zip(shared, plain)),
+            "scores_equal": _scores(last[True]) == _scores(last[False])}
+
+
+def report(r: dict) -> str:
+    rows = [[m, v["requests"], f"{v['seconds'][SHARED]['wall']['median']:.1f}",
+             f"{v['seconds'][PLAIN]['wall']['median']:.1f}", f"{v['speedup_wall']:.2f}", f"{v['speedup_cpu']:.2f}",
+             f"{v['max_abs_loglik_diff']:.2g}", "yes" if v["greedy_equal"] else "**no**",
+             "yes" if v["scores_equal"] else "**no**"] for m, v in r["methods"].items()]
+    table = markdown_table(["method", "requests", "shared s", "HFLM s", "HFLM / shared (wall)", "(CPU)",
+                            "max |Δ log-lik|", "greedy flags equal", "acc and PMI equal"], rows)
+    return "\n".join([
+        f"# lm-eval multiple choice: shared contexts vs HFLM's path, {r['threads']} threads", "",
+        f"Run `{r['run']}`; tasks {', '.join(r['tasks'])} ({r['limit']} items per task, every choice and PMI's "
+        f"unconditional request); batch size {r['batch_size']}; median of {r['repeats']} interleaved rounds after "
+        f"{r['warmup']} warm-up, model loading not timed.", "", table, "", f"Command: `{r['command']}`."])
+
+
+def main(cfg: LmEvalBenchConfig) -> dict:
+    used = threads(cfg.threads)
+    folder = tasks_folder(cfg)
+    results = {"command": (f"mlpmem bench lm-eval {cfg.run} --methods {','.join(cfg.methods)} --limit {cfg.limit} "
+                           f"--repeats {cfg.repeats} --threads {used}"),
+               "run": cfg.run, "tasks": cfg.tasks, "limit": cfg.limit, "batch_size": cfg.batch_size,
+               "repeats": cfg.repeats, "warmup": cfg.warmup, "threads": used,
+               "methods": {m: measure(cfg, m, folder) for m in cfg.methods}}
+    out = Path(cfg.docs_dir)
+    write_text(out / "lm-eval-contexts.json", json.dumps(results, indent=1))
+    text = report(results)
+    write_text(out / "lm-eval-contexts.md", text)
+    print(text)
+    return results

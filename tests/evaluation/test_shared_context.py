@@ -1,0 +1,89 @@
+"""Multiple-choice requests that share a context run it once: the scores equal lm-eval's own path.
+
+The grouping (shared contexts, singletons and over-long requests left to ``HFLM``), and on a finished tiny run a
+multiple-choice task with accuracy and domain-conditional PMI (whose unconditional requests all share one
+context) scored with ``share_context`` on and off for the memory, its gate, the backbone, kNN-LM and RAG: every
+request's log-likelihood and greedy flag agree, and each shared context runs once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from lm_eval import simple_evaluate
+
+from helpers.fast import quiet_and_fast  # noqa: F401 (autouse: no fsync, one thread)
+from helpers.harness import MC_ITEMS as ITEMS
+from helpers.harness import write_mc_task
+from mlpmem.errors import ConfigError
+from mlpmem.evaluation.harness import MlpmemLM, task_manager
+from mlpmem.evaluation.shared_context import shared_groups
+from mlpmem.inference.gate import Gate, GateConfig
+from mlpmem.inference.gate_io import save_gate
+from mlpmem.pipeline.hf_export import augmented_from_run
+
+# fixture ``run_dir`` (a finished tiny run): tests/evaluation/conftest.py
+
+@pytest.fixture(scope="module")
+def mc_tasks(tmp_path_factory):
+    return write_mc_task(tmp_path_factory.mktemp("mc-tasks"))
+
+
+def test_groups_share_a_context_and_leave_singletons_and_truncated_requests():
+    requests = [(None, [1, 2], [3]), (None, [1, 2], [4, 5]), (None, [7], [8]), (None, [1, 2], [9] * 9),
+                (None, [6], [1]), (None, [6], [2])]
+    groups, rest = shared_groups(requests, max_length=9)
+    assert [(g.context, g.members) for g in groups] == [((1, 2), (0, 1)), ((6,), (4, 5))]
+    assert rest == [2, 3]  # alone with its context; 2 + 9 tokens > max_length + 1 (HFLM truncates it)
+
+
+def responses(lm, mc_tasks) -> list:
+    """Every request's (log-likelihood, greedy) of every item, in item order (choices, then unconditional)."""
+    out = simple_evaluate(model=lm, tasks=["tiny_mc"], task_manager=task_manager(mc_tasks, local_only=True),
+                          log_samples=True)
+    return [tuple(r[0]) for s in sorted(out["samples"]["tiny_mc"], key=lambda s: s["doc_id"]) for r in s["resps"]]
+
+
+def counted(lm) -> list:
+    """The contexts ``lm`` runs through its cached forward (last position only), recorded."""
+    seen, forward = [], lm._cached_forward
+
+    def recording(ids, past, last_only):
+        if last_only:
+            seen.append(tuple(ids[0].tolist()))
+        return forward(ids, past, last_only)
+
+    lm._cached_forward = recording
+    return seen
+
+
+@pytest.fixture()
+def gate_dir(run_dir, tmp_path):
+    folder = tmp_path / "gate"
+    save_gate(Gate(GateConfig(hidden_size=4)), folder, augmented_from_run(run_dir).mixer.memory)
+    return folder
+
+
+@pytest.mark.parametrize("method", ["memory", "gate", "backbone", "knnlm", "rag-bm25"])
+def test_shared_contexts_score_as_lm_evals_own_path(run_dir, mc_tasks, gate_dir, tmp_path, method):
+    args = {"memory": {}, "gate": {"gate": True, "gate_dir": str(gate_dir)}}.get(method, {"method": method})
+    if method == "rag-bm25":
+        docs = tmp_path / "docs.jsonl"
+        docs.write_text("".join(json.dumps({"text": t}) + "\n" for t in
+                                ["The keeper walked to the shore.", "Gulls and boats were counted.", "A storm."]))
+        args |= {"docs": str(docs), "top_k": 2}
+    shared = MlpmemLM(run=str(run_dir), batch_size=2, **args)
+    contexts = counted(shared)
+    got = responses(shared, mc_tasks)
+    expected = responses(MlpmemLM(run=str(run_dir), batch_size=2, share_context=False, **args), mc_tasks)
+    assert len(got) == len(expected) == sum(2 * len(i["choices"]) for i in ITEMS)
+    for (loglik, greedy), (want, want_greedy) in zip(got, expected):
+        assert math.isclose(loglik, want, rel_tol=1e-5, abs_tol=1e-4) and greedy == want_greedy
+    assert len(contexts) == len(set(contexts)) == len(ITEMS) + 1  # each item's context, and PMI's shared one
+
+
+def test_share_context_must_be_a_boolean(run_dir):
+    with pytest.raises(ConfigError, match="share_context must be true or false"):
+        MlpmemLM(run=str(run_dir), share_context="sometimes")

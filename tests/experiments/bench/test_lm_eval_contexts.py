@@ -1,0 +1,34 @@
+"""bench lm-eval on a finished tiny run: both paths timed per method, the same answers, files written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers.fast import quiet_and_fast  # noqa: F401 (autouse: no fsync, one thread)
+from helpers.harness import MC_ITEMS, write_mc_task
+from mlpmem.errors import ConfigError
+from mlpmem.experiments.bench.lm_eval_contexts import PLAIN, SHARED, LmEvalBenchConfig, main
+
+
+def test_bench_lm_eval_times_both_paths_and_they_agree(tiny_run, tmp_path):
+    (tmp_path / "tasks").mkdir()
+    folder = write_mc_task(tmp_path / "tasks")
+    cfg = LmEvalBenchConfig(run=str(tiny_run), methods=["backbone", "memory"], tasks_dir=str(folder),
+                            tasks=["tiny_mc"], limit=3, threads=1, docs_dir=str(tmp_path / "docs"))
+    r = main(cfg)
+    for method in ("backbone", "memory"):
+        m = r["methods"][method]
+        assert m["requests"] == sum(2 * len(i["choices"]) for i in MC_ITEMS)
+        assert m["greedy_equal"] and m["scores_equal"] and m["max_abs_loglik_diff"] < 1e-4
+        assert m["seconds"][SHARED]["wall"]["n"] == m["seconds"][PLAIN]["wall"]["n"] == 1 and m["speedup_wall"] > 0
+    assert json.loads((tmp_path / "docs" / "lm-eval-contexts.json").read_text())["methods"].keys() == {"backbone",
+                                                                                                    "memory"}
+    assert "HFLM / shared" in (tmp_path / "docs" / "lm-eval-contexts.md").read_text()
+
+
+@pytest.mark.parametrize("bad", [{"methods": ["mosaics"]}, {"methods": ["nope"]}, {"limit": 0}])
+def test_bench_lm_eval_bad_settings_are_one_line_errors(bad):
+    with pytest.raises(ConfigError, match="bench lm-eval"):
+        LmEvalBenchConfig(**bad)
