@@ -56,6 +56,9 @@ fi
 $M tasks list --all --out docs/results/tasks-catalog
 # knowledge QA, the no-regression battery and the QA-scale ablations (docs/qa.md, docs/results/qa/)
 $M qa report configs/qa/report.yaml
+# lm-eval multiple choice with shared contexts vs HFLM's path, on the QA suite's synthetic memory run and battery tasks
+$M bench lm-eval runs/qa/synthetic/memory-run --methods backbone,memory,rag-bm25 --limit 10 \
+  --tasks-dir runs/qa/battery/tasks --docs docs/results/speed
 # speed (docs/speed.md, docs/results/speed/): run on an otherwise idle machine
 $M bench infer configs/default.yaml $OLD --set run_dir=runs/default-small-a04 --out runs/bench/infer
 $M bench infer configs/default.yaml $OLD --set run_dir=runs/default-small-a04 --methods backbone,memory,knnlm,rag,knnlm-exact \

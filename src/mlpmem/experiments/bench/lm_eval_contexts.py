@@ -117,8 +117,9 @@ def report(r: dict) -> str:
 def main(cfg: LmEvalBenchConfig) -> dict:
     used = threads(cfg.threads)
     folder = tasks_folder(cfg)
-    results = {"command": (f"mlpmem bench lm-eval {cfg.run} --methods {','.join(cfg.methods)} --limit {cfg.limit} "
-                           f"--repeats {cfg.repeats} --threads {used}"),
+    command = (f"mlpmem bench lm-eval {cfg.run} --methods {','.join(cfg.methods)} --limit {cfg.limit} "
+               f"--repeats {cfg.repeats} --threads {used}" + (f" --tasks-dir {cfg.tasks_dir}" if cfg.tasks_dir else ""))
+    results = {"command": command,
                "run": cfg.run, "tasks": cfg.tasks, "limit": cfg.limit, "batch_size": cfg.batch_size,
                "repeats": cfg.repeats, "warmup": cfg.warmup, "threads": used,
                "methods": {m: measure(cfg, m, folder) for m in cfg.methods}}
