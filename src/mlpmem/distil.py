@@ -58,6 +58,16 @@ def check_members(memories: list[MLPMemory]) -> None:
         raise ConfigError("the memories score different vocabularies: their distributions cannot be averaged")
 
 
+def load_members(memory_dirs: list[str | Path], backbone=None) -> list[MLPMemory]:
+    """The memories saved in ``memory_dirs`` (in eval mode; ``backbone`` ``(model, tokenizer)`` for a tied head),
+    checked to share one head (:func:`check_members`)."""
+    model, tokenizer = backbone or (None, None)
+    memories = [MLPMemory.from_pretrained(d, backbone_model=model, backbone_tokenizer=tokenizer).eval()
+                for d in memory_dirs]
+    check_members(memories)
+    return memories
+
+
 @torch.no_grad()
 def averaged_probs(memories: list[MLPMemory], keys: np.ndarray) -> torch.Tensor:
     """(n, V') the memories' distributions at ``keys`` averaged, over their head's rows."""
@@ -130,10 +140,7 @@ def build_distilled_teacher(datastore_dir: str | Path, memory_dirs: list[str | P
     if manifest["complete"]:
         return manifest
     done = done_indices(out_dir, manifest, f"distilled teacher {out_dir}")
-    model, tokenizer = backbone or (None, None)
-    memories = [MLPMemory.from_pretrained(d, backbone_model=model, backbone_tokenizer=tokenizer).eval()
-                for d in memory_dirs]
-    check_members(memories)
+    memories = load_members(memory_dirs, backbone)
     pending = my_slice([s for s in range(num_shards) if s not in done], dist)
     bar = tqdm(total=sum(store.shards[s]["keys"].shape[0] for s in pending), unit="tok", disable=not progress,
                desc="distilled teacher", dynamic_ncols=True)

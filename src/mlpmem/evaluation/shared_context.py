@@ -72,7 +72,8 @@ def score_group(forward: Forward, group: Group, continuations: list[list[int]], 
         tails = None
         if width:
             batch = torch.tensor([r + [pad_id] * (width - len(r)) for r in rest])
-            past = copy.deepcopy(cache)
+            last = start + batch_size >= len(continuations)
+            past = cache if last else copy.deepcopy(cache)  # the last chunk consumes the context's own cache
             past.batch_repeat_interleave(len(chunk))
             tails = F.log_softmax(forward(batch, past, last_only=False)[0].float(), -1)
         for row, continuation in enumerate(chunk):

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from mlpmem.distil import DistilConfig, build_distilled_teacher, check_members
+from mlpmem.distil import DistilConfig, build_distilled_teacher, check_members, load_members
 from mlpmem.errors import ConfigError
 from mlpmem.experiments.variant_runs import config_record, slug, variant_run, with_overrides
 from mlpmem.layout import RunLayout
@@ -59,7 +59,7 @@ def evaluate_ensemble(memories: list[MLPMemory], val: EvalData, lambdas: list[fl
 
 def ensemble_row(run, rows: list[dict], folders: list[Path], val: EvalData) -> dict:
     """The row of the memories saved in ``folders`` (the seeds' rows ``rows``) averaged, scored on ``val``."""
-    result = evaluate_ensemble(load_memories(run, folders), val, run.cfg.train.eval_lambdas)
+    result = evaluate_ensemble(load_members(folders, run.backbone), val, run.cfg.train.eval_lambdas)
     return {"variant": f"ensemble of the {len(rows)} seeds (probabilities averaged)", **result,
             "epochs": "-", "stopped_early": False, "main_run": False, "ensemble": True,
             "train_seconds": sum(r["train_seconds"] for r in rows),
@@ -79,11 +79,6 @@ def seed_spread(rows: list[dict]) -> str:
                      f"{max(values):.3f}, {100 * (max(values) - min(values)) / mean:.2f} % of the mean)")
     return (f"Seed spread over {len(seeds)} seeds (same data, recipe and schedule; the seed sets the initialisation "
             f"and the batch order), validation PPL: " + "; ".join(parts) + ".")
-
-
-def load_memories(run, folders: list[Path]) -> list[MLPMemory]:
-    model, tokenizer = run.backbone
-    return [MLPMemory.from_pretrained(f, backbone_model=model, backbone_tokenizer=tokenizer) for f in folders]
 
 
 def member_folders(run, rows: list[dict]) -> list[Path]:

@@ -22,9 +22,12 @@ from mlpmem.evaluation.harness import MlpmemLM, task_manager
 from mlpmem.evaluation.methods import METHODS
 from mlpmem.experiments.bench.common import interleave, summarize, threads, write_text
 from mlpmem.experiments.tasks.choice_tasks import MC_GROUP, TRUTH_GROUP
+from mlpmem.experiments.tasks.prepare import TasksConfig, prepared
 from mlpmem.reporting.tables import markdown_table
 
 SHARED, PLAIN = "shared contexts", "HFLM"
+CACHING = tuple(m for m in METHODS if m != "mosaics")
+"""The methods whose models keep a KV cache (Memory Mosaics always takes HFLM's path: nothing to compare)."""
 
 
 @dataclass
@@ -46,10 +49,8 @@ class LmEvalBenchConfig(Config):
     """Where ``lm-eval-contexts.md`` and ``lm-eval-contexts.json`` are written."""
 
     def validate(self) -> None:
-        unknown = set(self.methods) - set(METHODS) | ({"mosaics"} & set(self.methods))
-        if not self.methods or unknown:
-            raise ConfigError(f"bench lm-eval: methods must be among {[m for m in METHODS if m != 'mosaics']}, "
-                              f"got {self.methods}")
+        if not self.methods or set(self.methods) - set(CACHING):
+            raise ConfigError(f"bench lm-eval: methods must be among {list(CACHING)}, got {self.methods}")
         if self.limit < 1 or self.batch_size < 1 or self.repeats < 1 or self.warmup < 0:
             raise ConfigError("bench lm-eval needs limit, batch_size, repeats >= 1 and warmup >= 0")
 
@@ -57,12 +58,8 @@ class LmEvalBenchConfig(Config):
 def tasks_folder(cfg: LmEvalBenchConfig) -> Path:
     if cfg.tasks_dir:
         return Path(cfg.tasks_dir)
-    from mlpmem.experiments.tasks.prepare import TasksConfig, prepare_tasks
-
-    folder = Path(cfg.out_dir) / "tasks"
-    if not (folder / "manifest.json").is_file():
-        prepare_tasks(TasksConfig(out=str(folder), mc_limit=cfg.limit, qa_config=None, qa_wikidata=0))
-    return folder
+    return prepared(TasksConfig(out=str(Path(cfg.out_dir) / "tasks"), mc_limit=cfg.limit, qa_config=None,
+                                qa_wikidata=0))
 
 
 def _responses(out: dict) -> list[tuple[float, bool]]:

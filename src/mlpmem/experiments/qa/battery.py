@@ -112,14 +112,11 @@ def tasks_folder(cfg) -> Path:
     """The prepared task folder: ``battery.tasks_dir``, or one the suite writes once under its battery folder."""
     if cfg.battery.tasks_dir:
         return Path(cfg.battery.tasks_dir)
-    from mlpmem.experiments.tasks.prepare import TasksConfig, prepare_tasks  # here: prepare reads the QA config
+    from mlpmem.experiments.tasks.prepare import TasksConfig, prepared  # here: prepare reads the QA config
 
-    folder = battery_dir(cfg.out_dir) / "tasks"
-    if not (folder / "manifest.json").is_file():
-        options = {} if cfg.battery.mc_tasks is None else {"mc_tasks": cfg.battery.mc_tasks}
-        prepare_tasks(TasksConfig(out=str(folder), mc_limit=cfg.battery.mc_limit, qa_config=None, seed=cfg.seed,
-                                  truthfulness=list(cfg.battery.truthfulness), **options))
-    return folder
+    options = {} if cfg.battery.mc_tasks is None else {"mc_tasks": cfg.battery.mc_tasks}
+    return prepared(TasksConfig(out=str(battery_dir(cfg.out_dir) / "tasks"), mc_limit=cfg.battery.mc_limit,
+                                qa_config=None, seed=cfg.seed, truthfulness=list(cfg.battery.truthfulness), **options))
 
 
 def run_battery(cfg, progress: bool = True) -> dict:

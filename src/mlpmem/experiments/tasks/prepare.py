@@ -33,6 +33,7 @@ from mlpmem.experiments.tasks import choice_tasks
 from mlpmem.experiments.tasks.catalog import DEFAULT_NINE
 from mlpmem.experiments.tasks.choice_tasks import MC_GROUP, TRUTH_GROUP
 from mlpmem.experiments.tasks.writer import (
+    MANIFEST,
     QA_DATA,
     choice_spec,
     generation_spec,
@@ -141,6 +142,13 @@ def _qa_tasks(cfg: TasksConfig, out: Path) -> tuple[dict, dict]:
     if sizes:
         write_group(out, QA_GROUP, list(sizes), ["em", "f1"])
     return sizes, sources
+
+
+def prepared(cfg: TasksConfig) -> Path:
+    """``cfg``'s folder, written by :func:`prepare_tasks` unless a finished one (its manifest) is there already."""
+    if not (cfg.folder / MANIFEST).is_file():
+        prepare_tasks(cfg)
+    return cfg.folder
 
 
 def prepare_tasks(cfg: TasksConfig) -> dict:
