@@ -348,7 +348,7 @@ def test_the_battery_scores_the_gate_the_suite_tuned(tmp_path):
     assert model_args(cfg, "memory-gate").endswith(",gate=true,gate_offset=3.0")
 
 
-def test_a_battery_file_is_scored_again_when_its_memory_or_arguments_change(tmp_path):
+def test_a_battery_file_is_scored_again_when_its_memory_gate_or_arguments_change(tmp_path):
     from mlpmem.experiments.qa.battery import _scored_with
 
     cfg = QASuiteConfig(out_dir=str(tmp_path), benchmarks={"synthetic": {"pipeline": "configs/qa-synthetic.yaml"}},
@@ -372,6 +372,13 @@ def test_a_battery_file_is_scored_again_when_its_memory_or_arguments_change(tmp_
     assert _scored_with(cfg, "memory") != first["memory"] and _scored_with(cfg, "knnlm") == first["knnlm"]
     (bench / "methods" / "memory.json").write_text(json.dumps({"lambda": 0.35}))  # another λ chosen
     assert _scored_with(cfg, "memory")["model_args"].endswith("lam=0.35")
+    gate = bench / "gate-questions"
+    gate.mkdir()
+    for sha in ("abc", "def"):  # the question gate retrained in its folder: same model args, another file
+        (gate / "gate.json").write_text(json.dumps({"weights_sha256": sha}))
+        scored = {"gate_offset": 0.0, "gate_training": "questions", "question_gate": {"weights_sha256": sha}}
+        (bench / "methods" / "memory-gate.json").write_text(json.dumps(scored))
+        assert _scored_with(cfg, "memory-gate")["gate_sha256"] == sha
 
 
 def test_a_benchmarks_pipeline_set_overrides_its_memory_recipe(tmp_path):

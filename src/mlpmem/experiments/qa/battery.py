@@ -81,11 +81,15 @@ def model_args(cfg, method: str) -> str:
 
 def _scored_with(cfg, method: str) -> dict:
     """What a battery file of ``method`` was scored from: its lm-eval model args and, for the memory methods, the
-    checksum of the memory weights (a file scored from others is scored again)."""
+    checksum of the memory weights and of the question gate (a file scored from others is scored again: a gate
+    retrained in the same folder keeps its model args)."""
     out = {"model_args": model_args(cfg, method), "tasks": cfg.battery.tasks, "limit": cfg.battery.limit}
+    bench = Path(cfg.out_dir) / cfg.no_regression.memory_from
     if METHODS[method].reads_memory:
-        run = Path(cfg.out_dir) / cfg.no_regression.memory_from / "memory-run"
-        out["memory_sha256"] = memory_sha256(run / "memory")
+        out["memory_sha256"] = memory_sha256(bench / "memory-run" / "memory")
+    gate = _tuned(bench, method).get("question_gate") if method == "memory-gate" else None
+    if gate:
+        out["gate_sha256"] = gate["weights_sha256"]
     return out
 
 
