@@ -86,20 +86,31 @@ def exclude_and_weight(dists: torch.Tensor, ids: torch.Tensor, query_ids: torch.
     return torch.nan_to_num(weights, nan=0.0)  # a row with no valid neighbour gets all-zero weights
 
 
-def aggregate_by_token(tokens: torch.Tensor, weights: torch.Tensor, top_k: int):
-    """Sum weights per distinct token in each row, keep the ``top_k`` largest (vectorized sort + segment sum).
+def token_totals(tokens: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each row's tokens sorted, and at every entry the summed weight of its token (vectorized segment sum).
 
-    tokens, weights: (B, k). Returns ids (B, top_k) int64 (−1 padding), probs (B, top_k) fp32, descending.
+    tokens, weights (B, k), weights >= 0. Returns ``(sorted_tokens, totals, last)``, each (B, k): entries of one
+    token share its total exactly; ``last`` marks the last entry of each run of equal tokens.
     """
     sorted_tok, order = torch.sort(tokens, dim=1)  # (B, k)
-    w = weights.gather(1, order)
-    csum = torch.cumsum(w, dim=1)
+    csum = torch.cumsum(weights.gather(1, order), dim=1)
     last = torch.ones_like(sorted_tok, dtype=torch.bool)
     last[:, :-1] = sorted_tok[:, 1:] != sorted_tok[:, :-1]  # last element of each run of equal tokens
     run_end = torch.where(last, csum, torch.zeros_like(csum))
     before = torch.cummax(run_end, dim=1).values  # csum at the latest run end <= j (weights >= 0)
     before = torch.cat([torch.zeros_like(before[:, :1]), before[:, :-1]], 1)
-    seg = torch.where(last, csum - before, torch.full_like(csum, -1.0))  # run totals, −1 elsewhere
+    ends = torch.where(last, csum, torch.full_like(csum, torch.inf)).flip(1)
+    end = torch.cummin(ends, dim=1).values.flip(1)  # csum at the run end >= j: the end of j's run
+    return sorted_tok, end - before, last
+
+
+def aggregate_by_token(tokens: torch.Tensor, weights: torch.Tensor, top_k: int):
+    """Sum weights per distinct token in each row, keep the ``top_k`` largest (vectorized sort + segment sum).
+
+    tokens, weights: (B, k). Returns ids (B, top_k) int64 (−1 padding), probs (B, top_k) fp32, descending.
+    """
+    sorted_tok, totals, last = token_totals(tokens, weights)
+    seg = torch.where(last, totals, torch.full_like(totals, -1.0))  # run totals, −1 elsewhere
     kk = min(top_k, seg.shape[1])
     probs, pos = torch.topk(seg, kk, dim=1)
     ids = sorted_tok.gather(1, pos)

@@ -14,6 +14,7 @@ from mlpmem.baselines.knnlm import (
     KnnLMDecoder,
     cached_index,
     knn_log_probs,
+    knn_mix_log_probs,
 )
 from mlpmem.datastore import build_keystore
 from mlpmem.errors import FingerprintMismatch
@@ -35,6 +36,22 @@ def test_knn_log_probs_equals_a_loop():
         expected = np.zeros(5)
         np.add.at(expected, values[ids[r][valid]], w)
         np.testing.assert_allclose(got[r].numpy(), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.3, 1.0])
+def test_sparse_knn_mix_equals_the_dense_mixture(lam):
+    """Duplicated tokens, a row with no valid neighbour, λ at both ends: the same as mixing the dense p_kNN."""
+    rng = np.random.default_rng(1)
+    dists = rng.uniform(0, 5, (4, 7)).astype(np.float32)
+    ids = rng.integers(0, 12, (4, 7))
+    ids[1, 3:] = -1
+    ids[2] = -1  # no neighbour at all: the backbone alone, weighted 1 - λ
+    values = rng.integers(0, 3, 12).astype(np.int32)  # 3 of 6 tokens: many neighbours share one
+    logp_lm = F.log_softmax(torch.randn(4, 6), -1)
+    dense = mix_log_probs(logp_lm, knn_log_probs(dists, ids, values, temperature=2.0, vocab_size=6), lam)
+    got = knn_mix_log_probs(logp_lm, dists, ids, values, temperature=2.0, lam=lam)
+    torch.testing.assert_close(got, dense, rtol=0, atol=1e-6)
+    assert got.shape == logp_lm.shape and got.dtype == logp_lm.dtype
 
 
 def tiny_datastore(tmp_path, model, seed=0, name="ds", n_docs=3, length=60):

@@ -17,6 +17,7 @@ and stores it (``faiss.write_index``) with a JSON record of its sources, so late
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from pathlib import Path
 
@@ -31,8 +32,8 @@ from mlpmem.datastore import KeyStore
 from mlpmem.errors import ConfigError, FingerprintMismatch, MlpmemError
 from mlpmem.index import FaissIndex, IndexConfig
 from mlpmem.inference.augmented_lm import BackboneWrapper, _keep_positions
-from mlpmem.inference.mixing import check_lambda, mix_log_probs
-from mlpmem.teacher import exclude_and_weight
+from mlpmem.inference.mixing import check_lambda
+from mlpmem.teacher import exclude_and_weight, token_totals
 from mlpmem.utils.shards import (
     MANIFEST,
     ShardedRows,
@@ -138,6 +139,26 @@ def knn_log_probs(dists: np.ndarray, ids: np.ndarray, values: np.ndarray, temper
     return p.log().float()  # −inf for tokens no neighbour predicts
 
 
+def knn_mix_log_probs(logp_lm: torch.Tensor, dists: np.ndarray, ids: np.ndarray, values: np.ndarray,
+                      temperature: float, lam: float) -> torch.Tensor:
+    """log((1 − lam) p_LM + lam p_kNN) (N, V) from log p_LM (N, V) and the neighbours of its N queries (N, k).
+
+    Equal to mixing with :func:`knn_log_probs` in log space, without its dense (N, V) p_kNN: every token keeps
+    log p_LM + log(1 − lam) but the few the neighbours predict, which are mixed one by one (in float64)."""
+    lam = check_lambda(lam, "lam")
+    if lam == 0.0:
+        return logp_lm
+    d, i = torch.from_numpy(dists).double(), torch.from_numpy(ids)  # (N, k)
+    weights = exclude_and_weight(d, i, None, i.shape[1], temperature)  # (N, k), −1 ids get 0
+    tokens = torch.from_numpy(values[np.clip(ids, 0, None)].astype(np.int64))  # (N, k)
+    tokens, totals, _ = token_totals(tokens, weights)  # entries of one token share its p_kNN
+    tokens, totals = tokens.to(logp_lm.device), totals.to(logp_lm.device)
+    keep = math.log1p(-lam) if lam < 1.0 else -math.inf
+    out = logp_lm + keep
+    mixed = torch.logaddexp(logp_lm.gather(1, tokens).double() + keep, math.log(lam) + totals.log())
+    return out.scatter_(1, tokens, mixed.to(out.dtype))  # a token's entries all write the same value
+
+
 class KnnLMDecoder(BackboneWrapper):
     """A frozen causal LM mixed with kNN-LM at every forward (``lam`` weight of p_kNN, k neighbours, T)."""
 
@@ -185,5 +206,5 @@ class KnnLMDecoder(BackboneWrapper):
         t0 = time.perf_counter()
         dists, ids = self.index.search(queries, self.k)  # (B*T, k) each
         self.search_seconds += time.perf_counter() - t0
-        logp_knn = knn_log_probs(dists, ids, self.values, self.temperature, self.vocab_size)  # (B*T, V)
-        return mix_log_probs(logp_lm, logp_knn.view_as(logp_lm).to(logp_lm.device), self.lam)
+        flat = logp_lm.reshape(-1, logp_lm.shape[-1])
+        return knn_mix_log_probs(flat, dists, ids, self.values, self.temperature, self.lam).view_as(logp_lm)
