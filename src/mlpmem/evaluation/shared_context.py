@@ -13,7 +13,7 @@ left to ``HFLM``'s own batched path, as are requests whose context must be trunc
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -59,12 +59,12 @@ def _scores(logp: torch.Tensor, continuation: list[int]) -> tuple[float, bool]:
 
 
 def score_group(forward: Forward, group: Group, continuations: list[list[int]], batch_size: int,
-                pad_id: int) -> list[tuple[float, bool]]:
-    """Every continuation of ``group`` scored after its context, which runs once."""
+                pad_id: int) -> Iterator[tuple[float, bool]]:
+    """Every continuation of ``group`` scored after its context, which runs once; yielded in order, as each
+    chunk of ``batch_size`` is done (a group can be large: the PMI requests of a task share one context)."""
     ids = torch.tensor([group.context])
     logits, cache = forward(ids, None, last_only=True)
     first = F.log_softmax(logits[0, -1].float(), -1)  # predicts every continuation's first token
-    out = []
     for start in range(0, len(continuations), batch_size):
         chunk = continuations[start:start + batch_size]
         rest = [c[:-1] for c in chunk]  # what each continuation feeds after the context
@@ -79,8 +79,7 @@ def score_group(forward: Forward, group: Group, continuations: list[list[int]], 
         for row, continuation in enumerate(chunk):
             n = len(continuation) - 1
             logp = torch.cat([first[None], tails[row, :n]]) if n else first[None]
-            out.append(_scores(logp, continuation))
-    return out
+            yield _scores(logp, continuation)
 
 
 def shared_context_loglikelihood(forward: Forward, requests: Sequence[tuple], groups: list[Group], batch_size: int,
@@ -94,6 +93,6 @@ def shared_context_loglikelihood(forward: Forward, requests: Sequence[tuple], gr
             continuations = [list(requests[i][2]) for i in group.members]
             for i, scored in zip(group.members, score_group(forward, group, continuations, batch_size, pad_id)):
                 results[i] = scored
-            bar.update(len(group.members))
+                bar.update()
     bar.close()
     return results
