@@ -194,6 +194,9 @@ def _check_battery(tmp: Path, results: dict) -> None:
     assert (tmp / "docs" / "battery-delta.png").stat().st_size > 0
     intervals = json.loads((tmp / "docs" / "results.json").read_text())["battery_intervals"]
     assert intervals["memory"]["mlpmem_bb_general_knowledge"]["acc"]["n_items"] == 2
+    seconds = results["battery"]["wall_seconds"]
+    assert set(seconds) == set(files) and all(s > 0 for s in seconds.values())
+    assert "Scoring time (the battery stage's wall time per method" in report and "MLP Memory + gate " in report
     c7 = next(c for c in json.loads((tmp / "docs" / "results.json").read_text())["claims"] if c["id"] == "C7")
     assert c7["ours"].startswith("lm-eval battery")
 

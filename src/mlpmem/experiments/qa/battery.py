@@ -13,6 +13,7 @@ report pairs each method with the backbone item by item (:mod:`mlpmem.evaluation
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +26,8 @@ from mlpmem.utils.shards import read_json
 
 SCORED_WITH = "mlpmem_scored_with"
 """The key of a battery file that records what it was scored from (:func:`_scored_with`)."""
+WALL_SECONDS = "mlpmem_wall_seconds"
+"""The key of a battery file that records how long lm-eval took to score it (absent in older files)."""
 BATTERY_METHODS = ("backbone", "rag-dense", "rag-bm25", "knnlm", "cpt", "lora", "memory", "memory-gate")
 
 
@@ -136,10 +139,11 @@ def run_battery(cfg, progress: bool = True) -> dict:
         path, scored_with = battery_dir(cfg.out_dir) / f"{method}.json", _scored_with(cfg, method)
         if path.is_file() and read_json(path, f"battery {method}").get(SCORED_WITH) == scored_with:
             continue
+        t0 = time.perf_counter()
         results = evaluate(cfg.battery.tasks, "mlpmem", scored_with["model_args"], include_path=folder,
                            local_only=True, limit=cfg.battery.limit, batch_size=cfg.battery.batch_size,
                            log_samples=True)
-        write_results({**results, SCORED_WITH: scored_with}, path)
+        write_results({**results, SCORED_WITH: scored_with, WALL_SECONDS: time.perf_counter() - t0}, path)
     return collect_battery(cfg, folder)
 
 
@@ -149,4 +153,5 @@ def collect_battery(cfg, folder: Path | None = None) -> dict | None:
     files = {m: str(out / f"{m}.json") for m in BATTERY_METHODS if (out / f"{m}.json").is_file()}
     if "backbone" not in files:
         return None
-    return {"tasks_dir": str(folder or out / "tasks"), "methods": files}
+    seconds = {m: read_json(Path(f), f"battery {m}").get(WALL_SECONDS) for m, f in files.items()}
+    return {"tasks_dir": str(folder or out / "tasks"), "methods": files, "wall_seconds": seconds}

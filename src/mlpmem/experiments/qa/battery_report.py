@@ -26,8 +26,10 @@ def battery_rows(results: dict, cfg: BootstrapConfig) -> dict[str, list[Row]]:
             if method != "backbone"}
 
 
-def battery_section(rows: dict[str, list[Row]], labels: dict[str, str], docs: Path) -> str:
-    """The table (scores ± standard error, Δ vs backbone with its 95 % interval, verdict) and the Δ plot."""
+def battery_section(rows: dict[str, list[Row]], labels: dict[str, str], docs: Path,
+                    seconds: dict[str, float | None] | None = None) -> str:
+    """The table (scores ± standard error, Δ vs backbone with its 95 % interval, verdict), the Δ plot and, where
+    the files recorded it, each method's scoring time."""
     if not rows:
         return "(not run: the suite config has no `battery` section, or `--no-battery` skipped it)"
     named = {labels.get(m, m): r for m, r in rows.items()}
@@ -37,7 +39,17 @@ def battery_section(rows: dict[str, list[Row]], labels: dict[str, str], docs: Pa
         "models of the no-regression benchmark at its QA-tuned λ; acc: log-likelihood choice, PMI: lm-eval's "
         "`acc_mutual_info` (domain-conditional PMI, docs/lm-eval.md). Every difference is paired over the items "
         "both scored; `average` weighs every task the same.", "",
-        table(named, "backbone"), "", f"![battery Δ vs backbone]({figure.name})"])
+        table(named, "backbone"), "", f"![battery Δ vs backbone]({figure.name})", "",
+        scoring_times(seconds or {}, labels)])
+
+
+def scoring_times(seconds: dict[str, float | None], labels: dict[str, str]) -> str:
+    """One line: lm-eval's wall time per method (— for files scored before it was recorded)."""
+    if not seconds:
+        return ""
+    parts = [f"{labels.get(m, m)} {'—' if s is None else f'{s / 60:.0f} min'}" for m, s in seconds.items()]
+    return ("Scoring time (the battery stage's wall time per method, on the machine that ran it; — : scored before "
+            f"it was recorded): {', '.join(parts)}.")
 
 
 def task_rows(rows: list[Row]) -> list[Row]:

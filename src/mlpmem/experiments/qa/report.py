@@ -262,6 +262,7 @@ def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
     docs.mkdir(parents=True, exist_ok=True)
     cfg = bootstrap_config(results)
     battery = battery_rows(results, cfg)
+    seconds = (results.get("battery") or {}).get("wall_seconds")
     found = claims(results, cfg, battery)
     text = "\n".join([
         "# Knowledge QA, general capability, baselines and ablations", "", _intro(results, command, cfg), "",
@@ -271,7 +272,7 @@ def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
         "## Perplexity of each benchmark's memory run (held-out text of the corpus)", "",
         perplexity_table(results, docs), "",
         "## General capability (no regression)", "", no_regression_table(results, cfg, docs), "",
-        "## General capability through lm-eval (the battery)", "", battery_section(battery, LABELS, docs), "",
+        "## General capability through lm-eval (the battery)", "", battery_section(battery, LABELS, docs, seconds), "",
         "## The paper's claims at our scale", "", claims_table(found, results), "",
         "## Ablations", "", ablation_section(results, docs), "",
     ])
