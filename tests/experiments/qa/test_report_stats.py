@@ -142,6 +142,24 @@ def test_no_regression_claim_fails_only_below_the_backbone():
     assert same["reproduced"] is True and "2 not distinguishable from base" in same["ours"]
 
 
+def test_the_battery_judges_c7_on_pmi_and_reports_accuracy_beside_it():
+    """Accuracy below the backbone (a mixture's length penalty) does not fail C7; PMI below does."""
+    from mlpmem.evaluation.compare import Row
+    from mlpmem.evaluation.stats import bootstrap_mean, paired_difference
+
+    def row(metric, base, method):
+        return Row("task", metric, bootstrap_mean(base, FAST), bootstrap_mean(method, FAST),
+                   paired_difference(base, method, FAST))
+
+    qa = {"synthetic": {"backbone": WRONG, "memory": RIGHT}}
+    acc_below = {"memory": [row("acc", RIGHT, SOME), row("acc_mutual_info", SOME, SOME)]}
+    c7 = claim(claims(suite_results(qa), FAST, acc_below), "C7")
+    assert c7["reproduced"] is True and c7["ours"].startswith("lm-eval battery, PMI on 1 task metrics")
+    assert "also acc on 1 task metrics: 1 below" in c7["ours"] and len(c7["comparisons"]) == 2
+    pmi_below = {"memory": [row("acc", SOME, SOME), row("acc_mutual_info", RIGHT, SOME)]}
+    assert claim(claims(suite_results(qa), FAST, pmi_below), "C7")["reproduced"] is False
+
+
 def test_report_and_results_json_carry_the_intervals(tmp_path):
     results = suite_results({"synthetic": {"backbone": WRONG, "memory": RIGHT, "knnlm": SOME},
                              "disfl_qa": {"backbone": SOME, "memory": SOME, "knnlm": WRONG}},
