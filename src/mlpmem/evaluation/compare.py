@@ -69,7 +69,8 @@ def load_results(path: str | Path) -> dict:
     return results
 
 
-def _key(sample: dict) -> str:
+def item_key(sample: dict) -> str:
+    """An lm-eval sample's item: its document's ``id``, else its position."""
     doc = sample.get("doc")
     return str(doc["id"]) if isinstance(doc, dict) and "id" in doc else f"doc{sample['doc_id']}"
 
@@ -82,7 +83,7 @@ def per_item(results: dict) -> dict[str, Items]:
         for sample in samples:
             scores = {m: float(sample[m]) for m in METRICS if isinstance(sample.get(m), (int, float))}
             if scores:
-                items[_key(sample)] = scores
+                items[item_key(sample)] = scores
     return {task: items for task, items in out.items() if items}
 
 

@@ -196,7 +196,10 @@ def _check_battery(tmp: Path, results: dict) -> None:
     assert intervals["memory"]["mlpmem_bb_general_knowledge"]["acc"]["n_items"] == 2
     seconds = results["battery"]["wall_seconds"]
     assert set(seconds) == set(files) and all(s > 0 for s in seconds.values())
-    assert "Scoring time (the battery stage's wall time per method" in report and "MLP Memory + gate " in report
+    assert "Scoring time (the battery stage's wall time per method" in report
+    assert "Items whose log-likelihood choice (acc) differs from the backbone's" in report
+    shifts = json.loads((tmp / "docs" / "results.json").read_text())["battery_choice_shift"]
+    assert shifts["memory"]["mlpmem_bb_general_knowledge"]["items"] == 2
     c7 = next(c for c in json.loads((tmp / "docs" / "results.json").read_text())["claims"] if c["id"] == "C7")
     assert c7["ours"].startswith("lm-eval battery")
 

@@ -9,27 +9,34 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mlpmem.evaluation.choice_shift import Shift, length_shift, shift_table
 from mlpmem.evaluation.compare import AVERAGE, LABELS, Row, compare, load_results, plot_deltas, table
 from mlpmem.evaluation.stats import BELOW, BootstrapConfig
 
 FIGURE = "battery-delta.png"
 
 
-def battery_rows(results: dict, cfg: BootstrapConfig) -> dict[str, list[Row]]:
-    """``{method: rows}`` of every scored method against the backbone (empty when the battery did not run)."""
+def battery_rows(results: dict, cfg: BootstrapConfig) -> tuple[dict[str, list[Row]], dict[str, dict[str, Shift]]]:
+    """``({method: rows}, {method: {task: Shift}})`` of every scored method against the backbone: the paired
+    comparison and where its log-likelihood choices moved (both empty when the battery did not run)."""
     battery = results.get("battery")
     if not battery:
-        return {}
+        return {}, {}
     files = battery["methods"]
     base = load_results(files["backbone"])
-    return {method: compare(base, load_results(path), None, cfg) for method, path in files.items()
-            if method != "backbone"}
+    rows, shifts = {}, {}
+    for method, path in files.items():
+        if method != "backbone":
+            mine = load_results(path)
+            rows[method], shifts[method] = compare(base, mine, None, cfg), length_shift(base, mine)
+    return rows, shifts
 
 
 def battery_section(rows: dict[str, list[Row]], labels: dict[str, str], docs: Path,
-                    seconds: dict[str, float | None] | None = None) -> str:
-    """The table (scores ± standard error, Δ vs backbone with its 95 % interval, verdict), the Δ plot and, where
-    the files recorded it, each method's scoring time."""
+                    seconds: dict[str, float | None] | None = None,
+                    shifts: dict[str, dict[str, Shift]] | None = None) -> str:
+    """The table (scores ± standard error, Δ vs backbone with its 95 % interval, verdict), the Δ plot, where the
+    log-likelihood choices moved and, where the files recorded it, each method's scoring time."""
     if not rows:
         return "(not run: the suite config has no `battery` section, or `--no-battery` skipped it)"
     named = {labels.get(m, m): r for m, r in rows.items()}
@@ -40,7 +47,18 @@ def battery_section(rows: dict[str, list[Row]], labels: dict[str, str], docs: Pa
         "`acc_mutual_info` (domain-conditional PMI, docs/lm-eval.md). Every difference is paired over the items "
         "both scored; `average` weighs every task the same.", "",
         table(named, "backbone"), "", f"![battery Δ vs backbone]({figure.name})", "",
-        scoring_times(seconds or {}, labels)])
+        shift_section(shifts or {}, labels), "", scoring_times(seconds or {}, labels)])
+
+
+def shift_section(shifts: dict[str, dict[str, Shift]], labels: dict[str, str]) -> str:
+    """Where each method's log-likelihood choice differs from the backbone's, whether it took a shorter choice."""
+    if not shifts:
+        return ""
+    return "\n".join([
+        "Items whose log-likelihood choice (acc) differs from the backbone's, and whether the method's choice is "
+        "shorter or longer in characters: a mixture lowers every token the memory gives no mass by log(1 − λ), so "
+        "by acc it favours short choices; PMI divides that out (`mlpmem.evaluation.choice_shift`).", "",
+        shift_table({labels.get(m, m): s for m, s in shifts.items()}, "backbone")])
 
 
 def scoring_times(seconds: dict[str, float | None], labels: dict[str, str]) -> str:

@@ -14,6 +14,7 @@ Nothing here computes a model: every number is read from the results.
 from __future__ import annotations
 
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 
 from mlpmem.baselines.methods import METHODS, OLD_NAMES
@@ -261,7 +262,7 @@ def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
     docs = Path(docs_dir)
     docs.mkdir(parents=True, exist_ok=True)
     cfg = bootstrap_config(results)
-    battery = battery_rows(results, cfg)
+    battery, shifts = battery_rows(results, cfg)
     seconds = (results.get("battery") or {}).get("wall_seconds")
     found = claims(results, cfg, battery)
     text = "\n".join([
@@ -272,12 +273,15 @@ def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
         "## Perplexity of each benchmark's memory run (held-out text of the corpus)", "",
         perplexity_table(results, docs), "",
         "## General capability (no regression)", "", no_regression_table(results, cfg, docs), "",
-        "## General capability through lm-eval (the battery)", "", battery_section(battery, LABELS, docs, seconds), "",
+        "## General capability through lm-eval (the battery)", "",
+        battery_section(battery, LABELS, docs, seconds, shifts), "",
         "## The paper's claims at our scale", "", claims_table(found, results), "",
         "## Ablations", "", ablation_section(results, docs), "",
     ])
     path = docs / "report.md"
     path.write_text(text)
     write_json(docs / "results.json", {**without_per_item(results), "intervals": intervals_json(results, cfg, ORDER),
-                                       "claims": found, "battery_intervals": rows_json(battery)})
+                                       "claims": found, "battery_intervals": rows_json(battery),
+                                       "battery_choice_shift": {m: {t: asdict(x) for t, x in s.items()}
+                                                                for m, s in shifts.items()}})
     return path
