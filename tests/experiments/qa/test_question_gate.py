@@ -59,3 +59,16 @@ def test_the_gate_is_saved_with_its_questions_and_retrained_for_others(tiny_back
         assert torch.equal(a, b)
     question_gate(tmp_path, mixed, tokenizer, QUESTIONS[:2], closed_book_prompts, config, 0.3)
     assert json.loads((tmp_path / "gate.json").read_text())["questions"] == ["a", "b"]
+
+
+def test_an_item_with_its_own_prompt_is_scored_in_it(tiny_backbone_dir):
+    """A negative that brings its prompt (a BIG-bench item) gives the rows of that prompt; the others keep theirs."""
+    mixed, tokenizer = _mixed(tiny_backbone_dir, 0.5)
+    own = {"id": "n", "prompt": "Q: Is the moon made of cheese?\nA:", "answers": ["no"]}
+    prompts = closed_book_prompts(QUESTIONS)
+    mixed_in = question_rows(mixed, tokenizer, [QUESTIONS[0], own, *QUESTIONS[1:]], closed_book_prompts)
+    alone = question_rows(mixed, tokenizer, [own], closed_book_prompts)
+    asked = question_rows(mixed, tokenizer, QUESTIONS, closed_book_prompts)
+    first = len(answer_ids(tokenizer, prompts[0], QUESTIONS[0]["answers"][0])[1])
+    torch.testing.assert_close(mixed_in.lp_lm[first:first + len(alone)], alone.lp_lm)
+    torch.testing.assert_close(torch.cat([mixed_in.lp_lm[:first], mixed_in.lp_lm[first + len(alone):]]), asked.lp_lm)

@@ -308,29 +308,6 @@ def test_a_method_file_scored_under_other_settings_is_scored_again(tmp_path):
         assert changed_settings(stored, method_settings(cfg, "synthetic", method, "bbb")) == changed, method
 
 
-def test_gate_negatives_are_cloze_facts_outside_the_no_regression_sample(tmp_path, monkeypatch):
-    from mlpmem.errors import ConfigError
-    from mlpmem.experiments.qa.no_regression import no_regression_items
-    from mlpmem.experiments.qa.runner import gate_negatives
-
-    facts = {"qa_wikidata": {"examples": [{"input": f"The colour of thing {i} is", "target": f"c{i}"}
-                                          for i in range(10)]}}
-    monkeypatch.setenv("MLPMEM_BIGBENCH_ARCHIVE", str(write_archive(tmp_path / "bigbench-1.0.0.tar.gz", facts)))
-    suite = {"benchmarks": {"synthetic": {"pipeline": "configs/qa-synthetic.yaml"}}, "seed": 3,
-             "gate_training": "questions", "no_regression": {"memory_from": "synthetic", "qa_wikidata": 4,
-                                                             "mc_tasks": []}}
-    cfg = QASuiteConfig(**suite, gate_negatives=6)
-    negatives = gate_negatives(cfg)
-    tested = {q["id"] for q in no_regression_items(cfg.no_regression, cfg.seed)["qa_wikidata"]}
-    assert len(negatives) == 6 and all(q["cloze"] for q in negatives)
-    assert not tested & {q["id"] for q in negatives} and len(tested | {q["id"] for q in negatives}) == 10
-    assert gate_negatives(QASuiteConfig(**suite)) == []
-    with pytest.raises(ConfigError, match="exceed the 10 qa_wikidata facts"):
-        gate_negatives(QASuiteConfig(**suite, gate_negatives=7))
-    with pytest.raises(ConfigError, match="gate_negatives"):
-        QASuiteConfig(**suite, gate_negatives=-1)
-
-
 def test_the_battery_scores_the_gate_the_suite_tuned(tmp_path):
     """memory-gate's lm-eval arguments name the gate its offset was chosen for: the question gate when the suite
     trained one, else the run's own."""

@@ -80,6 +80,9 @@ class QASuiteConfig(Config):
     """With ``gate_training: questions``: this many ``qa_wikidata`` cloze facts (general knowledge in no benchmark's
     corpus, where the backbone should speak) join the gate's training questions: the last items of the seeded order,
     disjoint from the no-regression sample (its first ``no_regression.qa_wikidata``)."""
+    gate_negative_tasks: list[str] = field(default_factory=list)
+    """With ``gate_negatives``: draw them from these BIG-bench multiple-choice tasks instead (each item's gold choice
+    in the task's own prompt; families the suite does not score, :mod:`mlpmem.experiments.qa.gate_negatives`)."""
     shots: int = 0
     """Format demonstrations before every QA prompt, the same for every method (:mod:`mlpmem.inference.prompts`)."""
     rag: RAGConfig = field(default_factory=RAGConfig)
@@ -108,6 +111,12 @@ class QASuiteConfig(Config):
             raise ConfigError(f"qa gate_offset_grid must be a non-empty list of numbers, got {self.gate_offset_grid}")
         if not isinstance(self.gate_negatives, int) or self.gate_negatives < 0:
             raise ConfigError(f"qa gate_negatives must be an integer >= 0, got {self.gate_negatives!r}")
+        if not isinstance(self.gate_negative_tasks, list) or not all(isinstance(t, str) and t
+                                                                     for t in self.gate_negative_tasks):
+            raise ConfigError(f"qa gate_negative_tasks must be a list of BIG-bench task names, "
+                              f"got {self.gate_negative_tasks!r}")
+        if self.gate_negative_tasks and not self.gate_negatives:
+            raise ConfigError("qa gate_negative_tasks needs gate_negatives > 0 (how many items to draw from them)")
         demonstrations(self.shots)  # validates the range
         if isinstance(self.ablations, dict):
             self.ablations = AblationSuiteConfig(**self.ablations)

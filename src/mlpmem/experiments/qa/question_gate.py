@@ -7,8 +7,9 @@ prompt its features fall elsewhere and it stays nearly closed where the answer b
 prompt of the benchmark (demonstrations, ``Question: ...``, ``Answer:``) followed by its first gold answer and the
 newline that ends it. Its rows are the positions that predict those answer tokens and that newline, so the gate
 learns where the memory should speak (the answer) and where the backbone should (closing it). Only validation
-questions are read, plus, with the suite's ``gate_negatives``, cloze facts of general knowledge that no benchmark's
-corpus holds (where the backbone should speak; never the no-regression sample); the held-out part of them (whole
+questions are read, plus, with the suite's ``gate_negatives``, general knowledge that no benchmark's corpus holds
+(where the backbone should speak: qa_wikidata cloze facts or BIG-bench items in their own prompt, never an item the
+suite scores; :mod:`mlpmem.experiments.qa.gate_negatives`); the held-out part of them (whole
 questions) stops the training early, and the test questions are scored afterwards. The gate starts as the
 constant λ the fixed-λ memory chose on the same questions, and is saved under the benchmark
 (``<bench>/gate-questions/``), bound to the memory by its checksum.
@@ -49,11 +50,14 @@ def answer_ids(tokenizer, prompt: str, answer: str) -> tuple[list[int], list[int
 
 @torch.no_grad()
 def question_rows(model: MemoryAugmentedLM, tokenizer, questions: list[dict], prompt_fn) -> GateData:
-    """The gate's rows on ``questions``: features, log p_lm and log p_mem of every answer token and its end."""
+    """The gate's rows on ``questions``: features, log p_lm and log p_mem of every answer token and its end; a
+    question is asked in ``prompt_fn``'s prompt unless it brings its own (``"prompt"``)."""
     backbone, memory = model.backbone, model.memory
     param = next(memory.parameters())
     features, lp_lm, lp_mem = [], [], []
-    for prompt, question in zip(prompt_fn(questions), questions):
+    asked = iter(prompt_fn([q for q in questions if "prompt" not in q]))  # the others bring their own prompt
+    for question in questions:
+        prompt = question["prompt"] if "prompt" in question else next(asked)
         prompt_ids, target = answer_ids(tokenizer, prompt, question["answers"][0])
         ids = torch.tensor([prompt_ids + target])  # (1, T)
         n = len(target)

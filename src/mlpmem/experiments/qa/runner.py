@@ -16,18 +16,16 @@ teacher (:meth:`Context.memory_results`), and so its methods are scored again.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 from mlpmem.baselines.finetuned import save_finetuned
 from mlpmem.baselines.methods import METHODS, OLD_NAMES, Built, MethodOptions, build_method
-from mlpmem.errors import ConfigError
-from mlpmem.experiments.qa.bigbench import qa_wikidata
 from mlpmem.experiments.qa.config import QASuiteConfig
 from mlpmem.experiments.qa.data import prepare_data, question_splits
 from mlpmem.experiments.qa.eval_qa import evaluate_questions, tune_lambda
+from mlpmem.experiments.qa.gate_negatives import gate_negatives
 from mlpmem.experiments.qa.no_regression import no_regression, no_regression_items
 from mlpmem.experiments.qa.per_item import PER_ITEM, qa_per_item
 from mlpmem.experiments.qa.question_gate import question_gate
@@ -107,6 +105,8 @@ def method_settings(cfg: QASuiteConfig, bench: str, method: str, memory_sha256: 
             settings["gate_training"] = cfg.gate_training
         if cfg.gate_negatives:
             settings["gate_negatives"] = cfg.gate_negatives
+        if cfg.gate_negative_tasks:
+            settings["gate_negative_tasks"] = cfg.gate_negative_tasks
     if METHODS[method].reads_memory and memory_sha256 is not None:
         settings["memory"] = memory_sha256
     if method.startswith("rag"):
@@ -169,18 +169,6 @@ def _gate_tuned(ctx: Context, built: Built) -> dict:
     offset, curve = tune_lambda(make, ctx.tokenizer, ctx.questions["validation"], grid, built.prompts,
                                 ctx.cfg.generation, key="offset")
     return {"gate_offset": offset, "gate_offset_curve": curve, **_evaluate_splits(ctx, make(offset), built.prompts)}
-
-
-def gate_negatives(cfg: QASuiteConfig) -> list[dict]:
-    """The ``gate_negatives`` cloze facts of the question gate: the last of qa_wikidata's seeded order, never one of
-    the no-regression sample."""
-    if not cfg.gate_negatives:
-        return []
-    facts = qa_wikidata(sys.maxsize, cfg.seed)  # all, in the seeded order whose first items the no-regression takes
-    if cfg.gate_negatives + cfg.no_regression.qa_wikidata > len(facts):
-        raise ConfigError(f"qa gate_negatives {cfg.gate_negatives} + no_regression.qa_wikidata "
-                          f"{cfg.no_regression.qa_wikidata} exceed the {len(facts)} qa_wikidata facts")
-    return facts[len(facts) - cfg.gate_negatives:]
 
 
 def _train_on_questions(ctx: Context, built: Built) -> dict:
