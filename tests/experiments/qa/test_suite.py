@@ -197,6 +197,8 @@ def _check_battery(tmp: Path, results: dict) -> None:
     seconds = results["battery"]["wall_seconds"]
     assert set(seconds) == set(files) and all(s > 0 for s in seconds.values())
     assert "Scoring time (the battery stage's wall time per method" in report
+    cost = report.split("## What it cost")[1]
+    assert "| the lm-eval battery, every method |" in cost and "not recorded" not in cost
     assert "Items whose log-likelihood choice (acc) differs from the backbone's" in report
     shifts = json.loads((tmp / "docs" / "results.json").read_text())["battery_choice_shift"]
     assert shifts["memory"]["mlpmem_bb_general_knowledge"]["items"] == 2

@@ -255,6 +255,28 @@ def _intro(results: dict, command: str, cfg: BootstrapConfig) -> str:
             f"{cfg.seed} (`mlpmem.evaluation.stats`).")
 
 
+def cost_section(results: dict, battery_seconds: dict | None) -> str:
+    """What the report cost to compute, in minutes, from the times its files recorded (— where none was)."""
+    def minutes(values) -> str:
+        known = [v for v in values if v is not None]
+        if not known:
+            return "—"
+        return f"{sum(known) / 60:.0f}" + ("" if len(known) == len(values) else " (some not recorded)")
+
+    benches = results["benchmarks"]
+    offline = [b["methods"].get("memory", {}).get("train_seconds") for b in benches.values()]
+    scoring = [[m.get("wall_seconds") for m in b["methods"].values()] for b in benches.values()]
+    battery = list((battery_seconds or {}).values())
+    lines = ["| stage | " + " | ".join(benches) + " | all |", "|---" * (len(benches) + 2) + "|",
+             "| the memory run (keys, teacher, training) | " + " | ".join(minutes([o]) for o in offline)
+             + f" | {minutes(offline)} |",
+             "| every method built and scored (λ / offset tuned, CPT and LoRA trained, no-regression checks) | "
+             + " | ".join(minutes(x) for x in scoring) + f" | {minutes([v for x in scoring for v in x])} |",
+             "| the lm-eval battery, every method | " + " | ".join("" for _ in benches) + f" | {minutes(battery)} |"]
+    return "\n".join(["Minutes of wall time on the machine that ran each stage, as the files recorded it (the suite "
+                      "resumes stage by stage, so the stages may come from several sessions and loads):", "", *lines])
+
+
 def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
     """``docs_dir/report.md``, its figures and ``docs_dir/results.json`` (the results without their per-item
     lists, plus ``intervals`` and ``claims``) from the suite's results (old method names accepted)."""
@@ -277,6 +299,7 @@ def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
         battery_section(battery, LABELS, docs, seconds, shifts), "",
         "## The paper's claims at our scale", "", claims_table(found, results), "",
         "## Ablations", "", ablation_section(results, docs), "",
+        "## What it cost", "", cost_section(results, seconds), "",
     ])
     path = docs / "report.md"
     path.write_text(text)
