@@ -19,7 +19,7 @@ from helpers.harness import MC_ITEMS as ITEMS
 from helpers.harness import write_mc_task
 from mlpmem.errors import ConfigError
 from mlpmem.evaluation.harness import MlpmemLM, task_manager
-from mlpmem.evaluation.shared_context import shared_groups
+from mlpmem.evaluation.shared_context import shared_context_loglikelihood, shared_groups
 from mlpmem.inference.gate import Gate, GateConfig
 from mlpmem.inference.gate_io import save_gate
 from mlpmem.pipeline.hf_export import augmented_from_run
@@ -37,6 +37,30 @@ def test_groups_share_a_context_and_leave_singletons_and_truncated_requests():
     groups, rest = shared_groups(requests, max_length=9)
     assert [(g.context, g.members) for g in groups] == [((1, 2), (0, 1)), ((6,), (4, 5))]
     assert rest == [2, 3]  # alone with its context; 2 + 9 tokens > max_length + 1 (HFLM truncates it)
+
+
+def test_a_repeated_request_runs_once_and_every_copy_gets_its_score():
+    """PMI's unconditional requests repeat a task's fixed choices under one context: each distinct one runs once."""
+    import torch
+
+    fed = []
+
+    class Cache:
+        def batch_repeat_interleave(self, n):
+            pass
+
+    def forward(ids, past, last_only):
+        logits = torch.nn.functional.one_hot(ids % 10, 10).float() * 3 + torch.arange(10) / 10  # (B, T, 10)
+        if not last_only:
+            fed.extend(tuple(row) for row in ids.tolist())
+        return (logits[:, -1:] if last_only else logits), Cache()
+
+    requests = [(None, [1, 2], [3, 4]), (None, [1, 2], [5, 6]), (None, [1, 2], [3, 4]), (None, [1, 2], [2])]
+    groups, _ = shared_groups(requests, max_length=9)
+    scored = shared_context_loglikelihood(forward, requests, groups, batch_size=8, pad_id=0, progress=False)
+    assert sorted(fed) == [(0,), (3,), (5,)]  # after the context: [3, 4] once, [5, 6], [2] (padding only)
+    assert scored[0] == scored[2] and scored[0] != scored[1] and set(scored) == {0, 1, 2, 3}
+    assert scored[3][1] is True  # after the context's last token 2, the one-hot forward favours 2: greedy
 
 
 def responses(lm, mc_tasks) -> list:

@@ -5,7 +5,8 @@ its context four times (eight with domain-conditional PMI's unconditional reques
 context). Here the requests are grouped by their context tokens; each group's context runs once with the KV
 cache kept (only its last position's distribution is computed: it predicts every continuation's first token),
 and the group's continuations then run together on copies of that cache, right-padded (a causal model's real
-positions never attend to the padding after them). The sums and greedy flags equal ``HFLM``'s up to float
+positions never attend to the padding after them); a request repeated in a group (the unconditional requests of
+PMI repeat a task's fixed choices) runs once. The sums and greedy flags equal ``HFLM``'s up to float
 rounding: the same positions are computed, in other matmul shapes. Groups of one request gain nothing and are
 left to ``HFLM``'s own batched path, as are requests whose context must be truncated to fit the model.
 """
@@ -90,9 +91,12 @@ def shared_context_loglikelihood(forward: Forward, requests: Sequence[tuple], gr
                desc="Running loglikelihood requests (shared contexts)")
     with torch.no_grad():
         for group in groups:
-            continuations = [list(requests[i][2]) for i in group.members]
-            for i, scored in zip(group.members, score_group(forward, group, continuations, batch_size, pad_id)):
-                results[i] = scored
-                bar.update()
+            same: dict[tuple[int, ...], list[int]] = {}  # a repeated request (PMI's unconditional ones) runs once
+            for i in group.members:
+                same.setdefault(tuple(requests[i][2]), []).append(i)
+            continuations = [list(c) for c in same]
+            for members, scored in zip(same.values(), score_group(forward, group, continuations, batch_size, pad_id)):
+                results.update((i, scored) for i in members)
+                bar.update(len(members))
     bar.close()
     return results
