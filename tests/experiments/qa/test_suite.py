@@ -380,3 +380,20 @@ def test_a_benchmarks_pipeline_set_overrides_its_memory_recipe(tmp_path):
     bad = QASuiteConfig(out_dir=str(tmp_path), benchmarks={"synthetic": {**bench, "pipeline_set": ["train.alpha=2"]}})
     with pytest.raises(ConfigError, match="alpha"):
         Context(bad, "synthetic", (None, None), progress=False)
+
+
+def test_the_battery_collected_is_the_suites_methods(tmp_path):
+    """A variant suite over the same folder reports its own battery methods, not every file there."""
+    from mlpmem.experiments.qa.battery import SCORED_WITH, WALL_SECONDS, battery_dir, collect_battery
+
+    folder = battery_dir(tmp_path)
+    folder.mkdir(parents=True)
+    for method in ("backbone", "memory", "knnlm"):
+        (folder / f"{method}.json").write_text(json.dumps({SCORED_WITH: {}, WALL_SECONDS: 60.0}))
+    suite = {"out_dir": str(tmp_path), "benchmarks": {"synthetic": {"pipeline": "configs/qa-synthetic.yaml"}},
+             "no_regression": {"memory_from": "synthetic"}}
+    found = collect_battery(QASuiteConfig(**suite, battery={"methods": ["backbone", "memory"]}))
+    assert set(found["methods"]) == {"backbone", "memory"} and found["wall_seconds"]["memory"] == 60.0
+    assert collect_battery(QASuiteConfig(**suite, battery=None)) is None
+    assert collect_battery(QASuiteConfig(**suite, battery={"methods": ["backbone", "knnlm"]}))["methods"].keys() == {
+        "backbone", "knnlm"}

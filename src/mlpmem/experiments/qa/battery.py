@@ -148,9 +148,12 @@ def run_battery(cfg, progress: bool = True) -> dict:
 
 
 def collect_battery(cfg, folder: Path | None = None) -> dict | None:
-    """What earlier runs of the stage left (None when the backbone was not scored)."""
+    """What earlier runs of the stage left for the suite's ``battery.methods`` (None when the backbone was not
+    scored, or the suite has no battery)."""
+    if cfg.battery is None:
+        return None
     out = battery_dir(cfg.out_dir)
-    files = {m: str(out / f"{m}.json") for m in BATTERY_METHODS if (out / f"{m}.json").is_file()}
+    files = {m: str(out / f"{m}.json") for m in cfg.battery.methods if (out / f"{m}.json").is_file()}
     if "backbone" not in files:
         return None
     seconds = {m: read_json(Path(f), f"battery {m}").get(WALL_SECONDS) for m, f in files.items()}
