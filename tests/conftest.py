@@ -67,13 +67,16 @@ def _seed():
 @pytest.fixture()
 def subprocess_stage_env(monkeypatch):
     """For tests that run stages in worker subprocesses: no fsync (MLPMEM_FSYNC=0: a kill keeps the page cache,
-    and fsync on a busy disk costs seconds per file) and one thread everywhere (tiny models; no oversubscription
-    between the test process and its workers)."""
+    and fsync on a busy disk costs seconds per file), one thread everywhere (tiny models; no oversubscription
+    between the test process and its workers) and the CPU alone: these tests compare N CPU processes (gloo) with
+    one, bit for bit, also on a machine with one GPU (where N processes could not each have their own)."""
     import mlpmem.utils.shards
 
     monkeypatch.setattr(mlpmem.utils.shards, "FSYNC", False)
     monkeypatch.setenv("MLPMEM_FSYNC", "0")
     monkeypatch.setenv("MLPMEM_THREADS", "1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

@@ -3,12 +3,15 @@ import torch
 
 from helpers.tiny import tiny_backbone
 from mlpmem.backbone import (
+    BackboneConfig,
     KeyHook,
     check_fingerprint,
+    compute_device,
     decoder_layers,
     extract_keys,
     fingerprint,
     load_backbone,
+    model_device,
     resolve_layer,
     resolve_precision,
 )
@@ -96,3 +99,25 @@ def test_auto_precision_is_bf16_only_on_hardware_with_native_bf16(native, monkey
     assert resolve_precision("fp32", "cpu") == "fp32" and resolve_precision("bf16", "cpu") == "bf16"
     with pytest.raises(ConfigError, match="precision"):
         resolve_precision("fp16", "cpu")
+
+
+def test_device_names_are_validated_and_auto_follows_the_launcher(monkeypatch):
+    for bad in ("gpu", "cuda:x", "", 0):
+        with pytest.raises(ConfigError, match="device must be"):
+            BackboneConfig(device=bad)
+    assert BackboneConfig(device="cuda:1").device == "cuda:1"  # a name is valid anywhere; its use is checked
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert compute_device("auto") == torch.device("cpu")
+    with pytest.raises(ConfigError, match="no CUDA device"):
+        compute_device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("LOCAL_RANK", "3")  # rank 3 of a launch on a machine with 2 GPUs
+    assert compute_device("auto") == torch.device("cuda", 1)
+
+
+def test_inputs_on_the_cpu_reach_a_model_wherever_it_is(tiny_llama):
+    assert model_device(tiny_llama) == torch.device("cpu")
+    assert model_device(torch.nn.ReLU()) == torch.device("cpu")  # no parameters: the CPU
+    keys = extract_keys(tiny_llama, _ids(tiny_llama.config.vocab_size).to(torch.int32).long(), layer=-1)
+    assert keys.device == model_device(tiny_llama)

@@ -17,6 +17,7 @@ import importlib.util
 import inspect
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -221,6 +222,41 @@ def resolve_precision(precision: str, device: torch.device | str = "cpu") -> str
     return "bf16" if device.type == "cpu" and cpu_has_native_bf16() else "fp32"
 
 
+DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+
+def check_device(device: str) -> str:
+    if not isinstance(device, str) or not DEVICE_PATTERN.fullmatch(device):
+        raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {device!r}")
+    return device
+
+
+def compute_device(device: str = "auto") -> torch.device:
+    """The device ``device`` names; ``auto``: this process's GPU (``LOCAL_RANK`` of a launcher) when CUDA has one,
+    else the CPU. A GPU asked for on a machine without one is a one-line error."""
+    if check_device(device) == "auto":
+        if not torch.cuda.is_available():
+            return torch.device("cpu")
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device {device!r} asked for, but torch sees no CUDA device here")
+    return torch.device(device)
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device of ``model``'s (first) parameters: inputs go there, outputs come back from there (the CPU for a
+    model without parameters)."""
+    param = next(iter(getattr(model, "parameters", tuple)()), None)
+    return param.device if param is not None else torch.device("cpu")
+
+
+def synchronize(model: nn.Module) -> None:
+    """Wait for ``model``'s device to finish its queued work (GPU kernels run asynchronously): timers read after."""
+    device = model_device(model)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def autocast(model: nn.Module, precision: str = "fp32"):
     """A context running ``model`` at ``precision`` (bf16 through torch.autocast on its device; ``auto`` resolved
     for that device by :func:`resolve_precision`)."""
@@ -243,6 +279,10 @@ def extract_keys(model, input_ids, attention_mask=None, layer: int | float = -1,
                  position_ids=None):
     """Keys ``[B, T, d]`` from a truncated forward: layers above ``layer`` never run."""
     extra = {} if position_ids is None else {"position_ids": position_ids}
+    device = model_device(model)
+    extra = {k: v.to(device) for k, v in extra.items()}
+    input_ids = input_ids.to(device)
+    attention_mask = None if attention_mask is None else attention_mask.to(device)
     with KeyHook(model, layer, site, stop=True) as hook:
         try:
             base_model(model)(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **extra)
@@ -333,9 +373,13 @@ class BackboneConfig(Config):
     precision: str = "auto"
     """Compute precision of the datastore and evaluation passes: ``bf16`` (autocast), ``fp32``, or ``auto`` (bf16
     only where the hardware computes it natively, see :data:`PRECISIONS`)."""
+    device: str = "auto"
+    """Where the backbone runs: ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (this process's GPU under a launcher,
+    the first GPU alone, else the CPU; see :func:`compute_device`)."""
 
     def validate(self) -> None:
         check_precision(self.precision)
+        check_device(self.device)
         if self.site not in SITES:
             raise ConfigError(f"backbone.site must be one of {SITES}, got {self.site!r}")
         if isinstance(self.layer, float) and not 0 < self.layer <= 1:

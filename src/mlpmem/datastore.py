@@ -34,6 +34,7 @@ from mlpmem.backbone import (
     document_mask,
     extract_keys,
     fingerprint,
+    model_device,
     output_logits,
     packing_unsupported,
     resolve_layer,
@@ -101,8 +102,10 @@ def _scored_states(model, token_docs, windows: Sequence[Window], layer: int, sit
     """Keys ``(M, d)`` and, with ``with_lm``, final hidden states ``(M, d)`` at the scored positions, window by
     window (in the running precision)."""
     layout = pack_layout(window_lengths(windows), pack_into)
+    device = model_device(model)
     inputs = _model_inputs(model, token_docs, windows, layout, pack_into is not None)
-    rows, cols = (torch.from_numpy(a) for a in scored_index(windows, layout))  # (M,) each
+    inputs = {k: v.to(device) for k, v in inputs.items()}
+    rows, cols = (torch.from_numpy(a).to(device) for a in scored_index(windows, layout))  # (M,) each
     if not with_lm:
         return extract_keys(model, layer=layer, site=site, **inputs)[rows, cols], None
     with KeyHook(model, layer, site) as hook:
@@ -121,16 +124,16 @@ def encode_windows(model, token_docs, windows: list[Window], layer: int, site: s
     """
     with autocast(model, precision):
         keys, hidden = _scored_states(model, token_docs, windows, layer, site, with_lm, pack_into)  # (M, d)
-    keys_out = keys.to(torch.float16).numpy()
+    keys_out = keys.to(torch.float16).cpu().numpy()
     if not np.isfinite(keys_out).all():
         raise CorruptArtifact("the backbone produced NaN/Inf keys (or keys beyond fp16 range) at this layer")
     values = np.concatenate([token_docs[w.doc][w.first_target : w.end] for w in windows]).astype(np.int32)
     lm_logprob = None
     if with_lm:
         logits = output_logits(model, hidden)  # (M, V) fp32
-        targets = torch.from_numpy(values).long()
+        targets = torch.from_numpy(values).long().to(logits.device)
         lm = logits.gather(-1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)  # (M,)
-        lm_logprob = lm.float().numpy()
+        lm_logprob = lm.float().cpu().numpy()
     return EncodedBatch(keys_out, values, lm_logprob)
 
 

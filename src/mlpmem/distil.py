@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from mlpmem.backbone import model_device
 from mlpmem.config import Config
 from mlpmem.datastore import KeyStore
 from mlpmem.errors import ConfigError
@@ -71,12 +72,12 @@ def load_members(memory_dirs: list[str | Path], backbone=None) -> list[MLPMemory
 @torch.no_grad()
 def averaged_probs(memories: list[MLPMemory], keys: np.ndarray) -> torch.Tensor:
     """(n, V') the memories' distributions at ``keys`` averaged, over their head's rows."""
-    x = torch.from_numpy(np.asarray(keys, np.float32))
+    x = torch.from_numpy(np.asarray(keys, np.float32)).to(model_device(memories[0]))
     total = None
     for m in memories:
         p = torch.softmax(m(x, full_vocab=False).float(), dim=-1)
         total = p if total is None else total.add_(p)
-    return total.div_(len(memories))
+    return total.div_(len(memories)).cpu()
 
 
 def head_columns(ids: np.ndarray, vocab_ids: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -92,8 +93,8 @@ def head_columns(ids: np.ndarray, vocab_ids: torch.Tensor | None) -> tuple[torch
 def distilled_rows(memories: list[MLPMemory], keys: np.ndarray, knn: Rows | None, knn_weight: float,
                    top_k: int) -> Rows:
     """The sparse targets of ``keys``: the memories' average, mixed with the kNN rows ``knn`` at ``knn_weight``."""
-    probs = averaged_probs(memories, keys)
-    vocab_ids = memories[0].vocab_ids
+    probs = averaged_probs(memories, keys)  # on the CPU, like the kNN rows
+    vocab_ids = None if memories[0].vocab_ids is None else memories[0].vocab_ids.cpu()
     if knn is not None and knn_weight > 0:
         ids, knn_probs, _ = knn
         cols, covered = head_columns(ids, vocab_ids)

@@ -258,7 +258,7 @@ def top_rows(probs: torch.Tensor, top_k: int, vocab_ids: torch.Tensor | None = N
     top, cols = torch.topk(probs, min(top_k, probs.shape[1]), dim=-1)  # (n, K)
     ids = cols if vocab_ids is None else vocab_ids[cols]
     residual = (1.0 - top.sum(-1)).clamp_min(0.0)
-    return ids.to(torch.int32).numpy(), top.numpy(), residual.numpy().astype(np.float32)
+    return ids.to(torch.int32).cpu().numpy(), top.cpu().numpy(), residual.cpu().numpy().astype(np.float32)
 
 
 def teacher_rows_at(teacher, rows: np.ndarray) -> Rows:

@@ -64,6 +64,7 @@ def finetune_causal_lm(model, tokenizer, docs, cfg: FinetuneConfig, progress: bo
     blocks = pack_blocks(tokenize_documents([Document(str(i), t) for i, t in enumerate(texts)], tokenizer),
                          cfg.block_size)  # (n, block)
     params = [p for p in model.parameters() if p.requires_grad]
+    device = next(model.parameters()).device
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     steps_per_epoch = math.ceil(len(blocks) / cfg.batch_size)
     total, warmup = steps_per_epoch * cfg.epochs, int(cfg.warmup_fraction * steps_per_epoch * cfg.epochs)
@@ -75,7 +76,7 @@ def finetune_causal_lm(model, tokenizer, docs, cfg: FinetuneConfig, progress: bo
     for _ in range(cfg.epochs):
         order = torch.randperm(len(blocks), generator=gen)
         for start in range(0, len(blocks), cfg.batch_size):
-            batch = blocks[order[start : start + cfg.batch_size]]  # (B, block)
+            batch = blocks[order[start : start + cfg.batch_size]].to(device)  # (B, block)
             mask = (batch != -100).long()
             loss = model(input_ids=batch.clamp_min(0), attention_mask=mask, labels=batch).loss
             loss.backward()

@@ -10,6 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
+from mlpmem.backbone import model_device
 from mlpmem.errors import MlpmemError
 from mlpmem.experiments.ablation import run_study, study_table, write_study_report
 from mlpmem.inference.augmented_lm import MemoryAugmentedLM
@@ -149,7 +150,7 @@ def generate(args: argparse.Namespace) -> None:
     memory = load_memory(the_run)
     gate = load_gate(the_run.layout.gate, memory) if args.gate else None
     mixed = MemoryAugmentedLM(model, memory, lam=lam, tokenizer=tokenizer, gate=gate)
-    inputs = tokenizer([args.prompt], return_tensors="pt")
+    inputs = tokenizer([args.prompt], return_tensors="pt").to(model_device(model))
     if inputs["input_ids"].shape[1] == 0:
         raise MlpmemError("--prompt encodes to no token with this tokenizer: give some text")
     out = mixed.generate(**inputs, max_new_tokens=args.max_new_tokens, do_sample=args.sample,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from mlpmem.backbone import KeyHook, autocast
+from mlpmem.backbone import KeyHook, autocast, model_device
 from mlpmem.corpora.documents import doc_start_token
 from mlpmem.datastore import KeyStore
 from mlpmem.errors import MlpmemError
@@ -121,14 +121,14 @@ def sequence(run: Run, memory, prompt: str, max_new_tokens: int, lam: float) -> 
     ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     if not ids:
         raise MlpmemError("--prompt encodes to no token with this tokenizer: give some text")
-    given = torch.tensor([[doc_start_token(tokenizer), *ids]])
+    given = torch.tensor([[doc_start_token(tokenizer), *ids]], device=model_device(model))
     if max_new_tokens < 1:
         return given, given.shape[1]
     mixed = MemoryAugmentedLM(model, memory, lam=lam, tokenizer=tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     out = mixed.generate(input_ids=given, attention_mask=torch.ones_like(given), max_new_tokens=max_new_tokens,
                          do_sample=False, pad_token_id=pad)
-    return out, given.shape[1]
+    return out.cpu(), given.shape[1]
 
 
 @torch.no_grad()
@@ -136,8 +136,9 @@ def position_keys(run: Run, ids: torch.Tensor) -> np.ndarray:
     """The keys (T, d) the memory reads at every position, rounded to fp16 like the datastore's."""
     model, cfg = run.backbone[0], run.cfg.backbone
     with autocast(model, cfg.precision), KeyHook(model, cfg.layer, cfg.site) as hook:
+        ids = ids.to(model_device(model))
         model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
-    return hook.keys[0].to(torch.float16).float().numpy()
+    return hook.keys[0].to(torch.float16).float().cpu().numpy()
 
 
 class Explainer:
@@ -166,7 +167,7 @@ class Explainer:
         weights = exclude_and_weight(torch.from_numpy(dists), torch.from_numpy(neighbours), None, self.k,
                                      self.temperature).numpy()  # (T - 1, k)
         values = self.values[np.clip(neighbours, 0, None)]  # (T - 1, k)
-        p_mem = torch.softmax(self.memory(torch.from_numpy(keys)).float(), -1)  # (T - 1, V)
+        p_mem = torch.softmax(self.memory(torch.from_numpy(keys).to(model_device(self.memory))).float(), -1).cpu()
         tops = p_mem.argmax(-1)  # (T - 1,)
         self._find_holders({*tops.tolist(), *ids[0, 1:].tolist()})
         context, rows = np.zeros(len(self.held)), []  # (documents,): support of the text before position t

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mlpmem.backbone import model_device
 from mlpmem.datastore import KeyStore
 from mlpmem.errors import CorruptArtifact
 from mlpmem.maintenance.config import TuneConfig
@@ -82,20 +83,21 @@ def widen_head(memory: MLPMemory, tokens: np.ndarray, model) -> MLPMemory:
     drawn like a fresh head's. A full head, or one that covers them already, is returned as it is."""
     if memory.vocab_ids is None:
         return memory
-    old = memory.vocab_ids.numpy()
+    old = memory.vocab_ids.cpu().numpy()
     union = np.union1d(old, np.asarray(tokens, np.int64)).astype(np.int64)
     if len(union) == len(old):
         return memory
     config = MemoryConfig.from_dict({**memory.config.to_dict(), "head_vocab_size": len(union)})
     torch.manual_seed(0)
-    wider = MLPMemory(config)
+    wider = MLPMemory(config).to(model_device(memory))
     state = {k: v for k, v in memory.state_dict().items() if k not in ("head.weight", "vocab_ids")}
     wider.load_state_dict(state, strict=False)
-    wider.set_head_vocab(torch.from_numpy(union))
+    wider.set_head_vocab(torch.from_numpy(union).to(model_device(memory)))
     if config.tie_head:
         return tie_to_backbone(wider, model)
     with torch.no_grad():
-        wider.head.weight[torch.from_numpy(np.searchsorted(union, old))] = memory.head.weight.detach()
+        wider.head.weight[torch.from_numpy(np.searchsorted(union, old)).to(model_device(memory))] = \
+            memory.head.weight.detach()
     return wider
 
 
@@ -117,7 +119,7 @@ def tune(run: Run, memory: MLPMemory, rows: TuneSet, cfg: TuneConfig, alpha: flo
          plan_id: str) -> dict:
     """Fine-tune ``memory`` in place on ``rows`` (resumes from the checkpoint in ``out_dir``); the trainer state."""
     vocab_size = int(memory.config.vocab_size)
-    head_index = None if memory.vocab_ids is None else index_of(memory.vocab_ids.numpy(), vocab_size)
+    head_index = None if memory.vocab_ids is None else index_of(memory.vocab_ids.cpu().numpy(), vocab_size)
     data = TrainData(rows.keys, rows.targets, rows.ids, rows.probs, rows.residual, head_index)
     spec = {"operation": plan_id, **run.cfg.memory.to_dict()}
     return train_memory(memory, data, validation_data(run), tune_config(run, cfg, alpha), out_dir, run.progress,

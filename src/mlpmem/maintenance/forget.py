@@ -198,7 +198,7 @@ def _tune(op: Operation, held: Holdings, drop: list[int], gone: np.ndarray, view
     memory = load_memory(run)
     rows = TuneSet.load(folder)
     if rows is None:
-        head_ids = None if memory.vocab_ids is None else memory.vocab_ids.numpy()
+        head_ids = None if memory.vocab_ids is None else memory.vocab_ids.cpu().numpy()
         rows = _tune_rows(op, held, drop, gone, view, teacher, index, cfg, seq, head_ids)
         rows.save(folder)
         rows = TuneSet.load(folder)

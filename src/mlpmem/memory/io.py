@@ -22,7 +22,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-from mlpmem.backbone import check_fingerprint, fingerprint
+from mlpmem.backbone import check_fingerprint, fingerprint, model_device
 from mlpmem.errors import ConfigError, CorruptArtifact
 from mlpmem.memory.config import MemoryConfig
 from mlpmem.memory.init import tie_to_backbone
@@ -87,6 +87,8 @@ def load_memory(
         raise CorruptArtifact(f"{directory / WEIGHTS_NAME}: {_first_line(exc)}") from None
     if config.tie_head:
         tie_to_backbone(memory, backbone_model)
+    if backbone_model is not None:  # beside its backbone (a tied head is already there)
+        memory.to(model_device(backbone_model))
     return memory
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mlpmem.backbone import KeyHook, resolve_precision
+from mlpmem.backbone import KeyHook, compute_device, model_device, resolve_precision
 from mlpmem.corpora.documents import document_lengths, make_windows
 from mlpmem.datastore import KeyStore, pad_windows
 from mlpmem.inference.perplexity import best_lambda, lambda_curve, perplexity, tokens_for_masses
@@ -49,7 +49,7 @@ def distribution_stats(run, memory, num_positions: int = 1024) -> dict:
     docs = split_tokens(run, "test")
     lm_rows, key_rows, n = [], [], 0
     for w in make_windows(document_lengths(docs), cfg.corpus.block_size, cfg.corpus.stride):
-        ids, mask = pad_windows(docs, [w])
+        ids, mask = (t.to(model_device(model)) for t in pad_windows(docs, [w]))
         with KeyHook(model, cfg.backbone.layer, cfg.backbone.site) as hook:
             logits = model(input_ids=ids, attention_mask=mask).logits[0]  # (T, V)
         lm_rows.append(torch.softmax(logits[w.positions], -1))
@@ -58,7 +58,7 @@ def distribution_stats(run, memory, num_positions: int = 1024) -> dict:
         if n >= num_positions:
             break
     p_lm = torch.cat(lm_rows)[:num_positions]  # (n, V)
-    p_mem = torch.softmax(memory(torch.cat(key_rows)[:num_positions]), -1)  # (n, V)
+    p_mem = torch.softmax(memory(torch.cat(key_rows)[:num_positions].to(model_device(memory))), -1)  # (n, V)
     knn = read_json(run.layout.knnlm_results, "knnlm results")["chosen"]
     dists, nbr = (a[:num_positions] for a in open_neighbours(run.layout.neighbours("test"), knn["k"]))
     values = KeyStore(run.layout.datastore).array("values")
@@ -83,7 +83,9 @@ def headline(run, results: dict, train: dict) -> dict:
     flops, tps = train.get("flops_per_token"), train.get("tokens_per_s")
     # the precision training ran in; a run recorded before it was named gave it explicitly in its config
     precision = train.get("precision") or resolve_precision(run.cfg.train.precision)
-    peak = matmul_peak(torch.bfloat16 if precision == "bf16" else torch.float32) if flops and tps else None
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    # the peak of the device the memory trained on (the accelerator's: this process's GPU where there is one)
+    peak = matmul_peak(dtype, device=compute_device("auto")) if flops and tps else None
     test, dist = results["test"], results["distribution"]
     return {
         "test_ppl": {"backbone": test["backbone"], "knnlm": test["knnlm"], "memory": test["memory"],

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mlpmem.backbone import autocast, base_model, output_logits
+from mlpmem.backbone import autocast, base_model, model_device, output_logits
 from mlpmem.corpora.documents import corpus_hash, document_lengths, make_windows
 from mlpmem.datastore import KeyStore, pad_windows
 from mlpmem.errors import CorruptArtifact, MlpmemError
@@ -89,7 +89,7 @@ def compute_features(run: Run, memory: MLPMemory, split: str, store: KeyStore) -
     param = next(memory.parameters())
     for first in range(0, len(windows), manifest["batch_size"]):
         batch = windows[first : first + manifest["batch_size"]]
-        ids, mask = pad_windows(docs, batch)  # (B, T)
+        ids, mask = (t.to(model_device(model)) for t in pad_windows(docs, batch))  # (B, T)
         with autocast(model, manifest["precision"]):
             hidden = base_model(model)(input_ids=ids, attention_mask=mask, use_cache=False)[0]  # (B, T, d)
         hidden = hidden[_scored_rows(batch)]  # (M, d)
@@ -97,9 +97,9 @@ def compute_features(run: Run, memory: MLPMemory, split: str, store: KeyStore) -
             lm = output_logits(model, hidden[c : c + FEATURE_ROWS]).float()  # (m, V)
             rows = slice(row + c, row + c + lm.shape[0])
             mem = memory(torch.from_numpy(np.asarray(keys[rows], np.float32)).to(param)).float()  # (m, V)
-            out[rows] = gate_features(lm, mem).numpy()
-            tgt = torch.from_numpy(np.asarray(targets[rows], np.int64))
-            lp = lm.gather(1, tgt[:, None])[:, 0] - torch.logsumexp(lm, -1)  # (m,)
+            out[rows] = gate_features(lm, mem.to(lm.device)).cpu().numpy()
+            tgt = torch.from_numpy(np.asarray(targets[rows], np.int64)).to(lm.device)
+            lp = (lm.gather(1, tgt[:, None])[:, 0] - torch.logsumexp(lm, -1)).cpu()  # (m,)
             worst = max(worst, float((lp.double() - torch.from_numpy(lp_lm[rows].astype(np.float64))).abs().max()))
         row += hidden.shape[0]
     return out, worst
@@ -197,7 +197,7 @@ def decode_speed(run: Run, memory: MLPMemory, gate, lam: float, new_tokens: int,
     load that drifts between rounds cancels. Beside it, the mixing step alone, timed on this run's logits."""
     model, tokenizer = run.backbone
     mixed = MemoryAugmentedLM(model, memory, lam=lam, tokenizer=tokenizer)
-    prompt = torch.from_numpy(np.asarray(split_tokens(run, "test")[0][:16], np.int64))[None]  # (1, 16)
+    prompt = torch.from_numpy(np.asarray(split_tokens(run, "test")[0][:16], np.int64))[None].to(model_device(model))
     kwargs = dict(input_ids=prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens,
                   min_new_tokens=new_tokens, do_sample=False, pad_token_id=tokenizer.eos_token_id)
     tps: dict[str, list[float]] = {"gate": [], "fixed": []}

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from mlpmem.backbone import SHIPPED_MODELS, load_backbone
+from mlpmem.backbone import SHIPPED_MODELS, compute_device, load_backbone
 from mlpmem.errors import ConfigError, MlpmemError
 from mlpmem.layout import RunLayout, is_written
 from mlpmem.utils.distributed import launched_rank
@@ -100,7 +100,8 @@ class Run:
         if self._backbone is None:
             name = check_backbone_name(self.cfg.backbone.name)
             try:
-                self._backbone = load_backbone(name)
+                model, tokenizer = load_backbone(name)
+                self._backbone = model.to(compute_device(self.cfg.backbone.device)), tokenizer
             except ValueError as exc:  # the hub client's validation of a name that is no folder
                 raise MlpmemError(f"cannot load backbone {name!r}: {str(exc).splitlines()[0]}") from None
         return self._backbone

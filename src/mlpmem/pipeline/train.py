@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mlpmem.backbone import decoder_layers, resolve_precision
+from mlpmem.backbone import decoder_layers, model_device, resolve_precision
 from mlpmem.datastore import KeyStore
 from mlpmem.layout import RunLayout, is_train_written
 from mlpmem.memory import MemoryConfig, MLPMemory, init_from_backbone, init_identity, tie_to_backbone
@@ -36,9 +36,10 @@ def build_memory(run: Run, head_vocab: np.ndarray | None = None):
     torch.manual_seed(cfg.train.seed)
     mcfg = MemoryConfig.from_backbone(model, spec.preset, cfg.backbone.layer, cfg.backbone.site, tokenizer,
                                       tie_head=spec.tie_head, **overrides)
-    memory = MLPMemory(mcfg)
+    memory = MLPMemory(mcfg)  # initialised on the CPU: the same seeded weights whatever the device
     if head_vocab is not None:
         memory.set_head_vocab(torch.from_numpy(head_vocab))
+    memory.to(model_device(model))
     if spec.init == "backbone":
         # the blocks start as the backbone's MLPs just above the key layer (shifted down at the top)
         init_from_backbone(memory, model, min(mcfg.key_layer + 1, len(decoder_layers(model)) - 1))

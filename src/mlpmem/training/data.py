@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from mlpmem.backbone import model_device
 from mlpmem.distil import averaged_probs
 from mlpmem.inference.perplexity import best_lambda, lambda_curve, perplexity, tokens_for_mass
 from mlpmem.memory.model import MLPMemory
@@ -77,15 +78,17 @@ def memory_logprobs(memory: MLPMemory, keys: np.ndarray, targets: np.ndarray, ba
     """log p_mem(target) for every row, in batches (only the target's log-prob is kept), computed over the head's
     own rows: -inf for a target outside a corpus head."""
     out = np.empty(len(keys), np.float64)
+    device = model_device(memory)
     for b in range(0, len(keys), batch):
-        logits = memory(torch.from_numpy(np.asarray(keys[b : b + batch], np.float32)), full_vocab=False)  # (B, V')
-        tgt = torch.from_numpy(np.asarray(targets[b : b + batch], np.int64))
+        x = torch.from_numpy(np.asarray(keys[b : b + batch], np.float32)).to(device)
+        logits = memory(x, full_vocab=False)  # (B, V')
+        tgt = torch.from_numpy(np.asarray(targets[b : b + batch], np.int64)).to(device)
         rows, covered = tgt, torch.ones_like(tgt, dtype=torch.bool)
         if memory.vocab_ids is not None:  # the head row of each target, if it has one
             rows = torch.searchsorted(memory.vocab_ids, tgt).clamp(max=len(memory.vocab_ids) - 1)
             covered = memory.vocab_ids[rows] == tgt
         lp = logits.gather(1, rows[:, None])[:, 0] - torch.logsumexp(logits, 1)  # (B,)
-        out[b : b + batch] = torch.where(covered, lp, float("-inf")).double().numpy()
+        out[b : b + batch] = torch.where(covered, lp, float("-inf")).double().cpu().numpy()
     return out
 
 

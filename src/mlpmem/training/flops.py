@@ -22,7 +22,8 @@ from mlpmem.training.loop import batch_loss
 def train_flops_per_token(memory: MLPMemory, data: TrainData, cfg: TrainConfig) -> float:
     """Matmul FLOPs of one training step (forward + backward) per token, on the first batch of ``data``."""
     n = min(cfg.batch_size, len(data.targets))
-    batch = data.batch(np.arange(n))
+    device = memory.head.weight.device  # a tied head is the backbone's: the memory runs beside it
+    batch = {k: v.to(device) for k, v in data.batch(np.arange(n)).items()}
     counter = FlopCounterMode(display=False)
     with counter:
         loss, _ = batch_loss(memory, memory, batch, cfg, fused=False)
@@ -31,30 +32,41 @@ def train_flops_per_token(memory: MLPMemory, data: TrainData, cfg: TrainConfig) 
     return counter.get_total_flops() / n
 
 
-def peak_size(dtype: torch.dtype, max_size: int = 2048, min_seconds: float = 0.02) -> int:
-    """The square size at which to time ``torch.mm`` in ``dtype``: doubled from 256 (or ``max_size`` if smaller)
-    until one product takes ``min_seconds`` or the size reaches ``max_size``. A dtype the hardware only emulates
-    (bf16 on an AVX2 CPU, ~50x slower than fp32) then costs a fraction of a second instead of minutes."""
+def _timed_mm(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Seconds of one ``a @ b``, the device's queue drained before and after (GPU kernels run asynchronously)."""
+    sync = torch.cuda.synchronize if a.is_cuda else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    torch.mm(a, b)
+    sync()
+    return time.perf_counter() - t0
+
+
+def _square(size: int, dtype: torch.dtype, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(size, size, dtype=dtype, device=device), torch.randn(size, size, dtype=dtype, device=device)
+
+
+def peak_size(dtype: torch.dtype, max_size: int = 2048, min_seconds: float = 0.02, device="cpu") -> int:
+    """The square size at which to time ``torch.mm`` in ``dtype`` on ``device``: doubled from 256 (or ``max_size``
+    if smaller) until one product takes ``min_seconds`` or the size reaches ``max_size``. A dtype the hardware only
+    emulates (bf16 on an AVX2 CPU, ~50x slower than fp32) then costs a fraction of a second instead of minutes."""
     size = min(256, max_size)
     while size < max_size:
-        a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-        t0 = time.perf_counter()
-        torch.mm(a, b)
-        if time.perf_counter() - t0 >= min_seconds:
+        if _timed_mm(*_square(size, dtype, device)) >= min_seconds:
             break
         size = min(2 * size, max_size)
     return size
 
 
-def matmul_peak(dtype: torch.dtype = torch.bfloat16, max_size: int = 2048, repeats: int = 5) -> float:
-    """FLOP/s of a square ``torch.mm`` in ``dtype`` (sized by :func:`peak_size`): the best of ``repeats`` after a
-    warm-up (the machine's attainable rate, not its average under load)."""
-    size = peak_size(dtype, max_size)
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-    torch.mm(a, b)
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        torch.mm(a, b)
-        best = min(best, time.perf_counter() - t0)
+def matmul_peak(dtype: torch.dtype = torch.bfloat16, max_size: int | None = None, repeats: int = 5,
+                device: torch.device | str = "cpu") -> float:
+    """FLOP/s of a square ``torch.mm`` in ``dtype`` on ``device`` (sized by :func:`peak_size`, at most ``max_size``:
+    2048 on a CPU, 8192 on a GPU, whose small products only measure the kernel launch): the best of ``repeats``
+    after a warm-up (the machine's attainable rate, not its average under load)."""
+    device = torch.device(device)
+    max_size = max_size or (8192 if device.type == "cuda" else 2048)
+    size = peak_size(dtype, max_size, device=device)
+    a, b = _square(size, dtype, device)
+    _timed_mm(a, b)
+    best = min(_timed_mm(a, b) for _ in range(repeats))
     return 2.0 * size**3 / best

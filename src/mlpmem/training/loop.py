@@ -84,6 +84,7 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
+    home = memory.head.weight.device  # a tied head lives with the backbone: the memory returns there
     loop, state = _start(memory, cfg, out_dir / CHECKPOINT, total, memory_spec, progress)
     step = state["step"]
     t_start = time.perf_counter() - state["train_seconds"]
@@ -106,7 +107,9 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
             _save(loop, memory, out_dir, state, improved)
         if stop_after is not None and step >= stop_after:
             break
-    return _finish(loop, memory, cfg, out_dir, state, step, total, t_start)
+    state = _finish(loop, memory, cfg, out_dir, state, step, total, t_start)
+    memory.to(home)  # trained on the accelerator's device (a GPU where there is one)
+    return state
 
 
 def _start(memory: MLPMemory, cfg: TrainConfig, ckpt: Path, total: int, memory_spec: dict | None,
@@ -138,7 +141,7 @@ def _train_step(loop: _Loop, data: TrainData, cfg: TrainConfig, step: int, steps
     idx = order[in_epoch * cfg.batch_size : (in_epoch + 1) * cfg.batch_size]
     accelerator = loop.accelerator
     mine, weight = rank_rows(idx, accelerator.process_index, accelerator.num_processes)
-    batch = data.batch(mine)
+    batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in data.batch(mine).items()}
     batch["keys"] = noisy_keys(batch["keys"], idx, mine, cfg.key_noise, cfg.seed, step)
     torch.manual_seed(int(step_generator(cfg.seed, step).initial_seed()) + accelerator.process_index)  # dropout
     loop.model.train()

@@ -30,7 +30,6 @@ The recorded stage timings of the full run (``<run_dir>/timings.json``, read-onl
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import shutil
 import time
@@ -40,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mlpmem.backbone import autocast, resolve_precision
+from mlpmem.backbone import autocast, compute_device, model_device, resolve_precision, synchronize
 from mlpmem.config import Config
 from mlpmem.corpora.documents import document_lengths, make_windows
 from mlpmem.datastore import KeyStore, encode_windows, pad_windows
@@ -106,9 +105,10 @@ def forward_vs_keys(run, cfg: OfflineBenchConfig) -> dict:
     def plain(prec):
         def go():
             for batch in batches:
-                ids, mask = pad_windows(docs, batch)
+                ids, mask = (t.to(model_device(model)) for t in pad_windows(docs, batch))
                 with autocast(model, prec):
                     model(input_ids=ids, attention_mask=mask, use_cache=False)
+            synchronize(model)
         return go
 
     def keys():
@@ -138,15 +138,21 @@ def _interleave(fns: dict, cfg: OfflineBenchConfig, work: float) -> dict:
 # 2.-3. Pipeline stages, FLOPs and peak
 
 
-def matmul_peak(max_size: int, cfg: OfflineBenchConfig) -> dict:
-    """FLOP/s of a plain square matmul in fp32 and bf16, each at the size :func:`peak_size` picks (at most
-    ``max_size``, recorded as ``size``)."""
-    out = {}
+def matmul_peak(max_size: int, cfg: OfflineBenchConfig, device: torch.device | str = "cpu") -> dict:
+    """FLOP/s of a plain square matmul in fp32 and bf16 on ``device`` (where the memory trains), each at the size
+    :func:`peak_size` picks (at most ``max_size``, 8192 on a GPU; recorded as ``size``)."""
+    device, out = torch.device(device), {}
+    max_size = max(max_size, 8192) if device.type == "cuda" else max_size
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        size = peak_size(dtype, max_size)
-        a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-        out[name] = {**_interleave({name: functools.partial(torch.mm, a, b)}, cfg, 2.0 * size**3)[name],
-                     "size": size}
+        size = peak_size(dtype, max_size, device=device)
+        a, b = torch.randn(size, size, dtype=dtype, device=device), torch.randn(size, size, dtype=dtype, device=device)
+
+        def product(a=a, b=b):
+            torch.mm(a, b)
+            if a.is_cuda:
+                torch.cuda.synchronize(a.device)
+
+        out[name] = {**_interleave({name: product}, cfg, 2.0 * size**3)[name], "size": size}
     return out
 
 
@@ -293,7 +299,7 @@ def bench_run(config_path: str, cfg: OfflineBenchConfig, progress: bool = True):
 def run_bench(config_path: str, cfg: OfflineBenchConfig, progress: bool = True) -> dict:
     n_threads = threads(cfg.threads)
     run, source_dir = bench_run(config_path, cfg, progress)
-    peak = matmul_peak(cfg.peak_size, cfg)
+    peak = matmul_peak(cfg.peak_size, cfg, compute_device("auto"))
     fwd = forward_vs_keys(run, cfg)
     st = stages(run, cfg)
     tr = st["train"]

@@ -43,9 +43,9 @@ def evaluate_loss(model, tokens: np.ndarray, docs: np.ndarray, seq_len: int, max
     starts = evaluation_starts(len(tokens), seq_len)
     if max_windows:
         starts = starts[np.linspace(0, len(starts) - 1, min(max_windows, len(starts))).astype(int)]
-    total, count = 0.0, 0
+    total, count, device = 0.0, 0, next(model.parameters()).device
     for a in range(0, len(starts), batch_size):
-        batch = window_batch(tokens, docs, starts[a : a + batch_size], seq_len)
+        batch = {k: v.to(device) for k, v in window_batch(tokens, docs, starts[a : a + batch_size], seq_len).items()}
         logits = forward_documents(model, batch["input_ids"], batch["doc_ids"]).logits.float()
         labels = batch["labels"][:, 1:]
         nll = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), labels.flatten(),
@@ -107,8 +107,8 @@ def train_model(model, streams: dict, cfg: TrainSection, out_dir: str | Path, se
                dynamic_ncols=True)
     t_start = time.perf_counter() - state["train_seconds"]
     while step < cfg.steps:
-        batch = window_batch(tokens, docs, training_starts(len(tokens), cfg.seq_len, cfg.batch_size, seed, step),
-                             cfg.seq_len)
+        starts = training_starts(len(tokens), cfg.seq_len, cfg.batch_size, seed, step)
+        batch = {k: v.to(accelerator.device) for k, v in window_batch(tokens, docs, starts, cfg.seq_len).items()}
         model.train()
         torch.manual_seed(seed * 1_000_003 + step)  # the long-gap draw m of this step, identical after a resume
         loss = forward_documents(model, batch["input_ids"], batch["doc_ids"], batch["labels"]).loss

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from mlpmem.backbone import model_device
 from mlpmem.inference.prompts import qa_prompt
 
 DOMAIN_PREMISE = "Answer:"
@@ -42,7 +43,9 @@ def continuation_logprobs(model, tokenizer, pairs: list[tuple[str, str]], batch_
         for i, r in enumerate(rows):
             ids[i, : len(r)] = torch.tensor(r)
             mask[i, : len(r)] = 1
-        logp = F.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float(), dim=-1)  # (B, T, V)
+        device = model_device(model)
+        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+        logp = F.log_softmax(logits.float(), dim=-1).cpu()  # (B, T, V)
         for i, (lo, hi) in enumerate(spans):
             targets = ids[i, lo:hi]  # (n,)
             out.append(logp[i, lo - 1 : hi - 1].gather(1, targets[:, None]).sum().item())

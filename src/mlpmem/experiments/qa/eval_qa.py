@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from mlpmem.backbone import model_device
 from mlpmem.baselines.methods import METHODS, MethodOptions, build_method, closed_book_prompts
 from mlpmem.config import Config
 from mlpmem.corpora.documents import doc_start_token, read_documents
@@ -63,6 +64,7 @@ def generate_answers(model, tokenizer, prompts: list[str], cfg: GenerationConfig
     for start in tqdm(range(0, len(prompts), cfg.batch_size), desc="generate", disable=not progress):
         batch = tokenizer(prompts[start : start + cfg.batch_size], return_tensors="pt", padding=True,
                           add_special_tokens=False)
+        batch = batch.to(model_device(model))
         ids = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                              max_new_tokens=cfg.max_new_tokens, do_sample=False, num_beams=1,
                              pad_token_id=tokenizer.pad_token_id, eos_token_id=end_ids)

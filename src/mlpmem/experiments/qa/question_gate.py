@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from mlpmem.backbone import KeyHook
+from mlpmem.backbone import KeyHook, model_device
 from mlpmem.errors import MlpmemError
 from mlpmem.inference.augmented_lm import MemoryAugmentedLM
 from mlpmem.inference.gate import Gate, gate_features
@@ -59,17 +59,17 @@ def question_rows(model: MemoryAugmentedLM, tokenizer, questions: list[dict], pr
     for question in questions:
         prompt = question["prompt"] if "prompt" in question else next(asked)
         prompt_ids, target = answer_ids(tokenizer, prompt, question["answers"][0])
-        ids = torch.tensor([prompt_ids + target])  # (1, T)
+        ids = torch.tensor([prompt_ids + target], device=model_device(backbone))  # (1, T)
         n = len(target)
         with KeyHook(backbone, model.key_layer, model.key_site) as hook:  # the head only on the last n + 1 positions
             logits = backbone(input_ids=ids, use_cache=False, logits_to_keep=n + 1).logits[0]  # (n + 1, V)
         rows = torch.arange(len(prompt_ids) - 1, ids.shape[1] - 1)  # the positions predicting ``target``
         lm = logits[:n].float()  # (n, V)
         mem = memory(hook.keys[0, rows].to(device=param.device, dtype=param.dtype)).float().to(lm.device)  # (n, V)
-        y = torch.tensor(target)[:, None]  # (n, 1)
-        features.append(gate_features(lm, mem))
-        lp_lm.append(F.log_softmax(lm, -1).gather(1, y)[:, 0].double())
-        lp_mem.append(F.log_softmax(mem, -1).gather(1, y)[:, 0].double())
+        y = torch.tensor(target, device=lm.device)[:, None]  # (n, 1)
+        features.append(gate_features(lm, mem).cpu())
+        lp_lm.append(F.log_softmax(lm, -1).gather(1, y)[:, 0].double().cpu())
+        lp_mem.append(F.log_softmax(mem, -1).gather(1, y)[:, 0].double().cpu())
     if not features:
         raise MlpmemError("the gate on questions needs validation questions (tune_questions >= 1)")
     return GateData(torch.cat(features), torch.cat(lp_lm), torch.cat(lp_mem))

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from mlpmem.backbone import model_device, synchronize
 from mlpmem.experiments.bench.common import summarize, unique_param_bytes
 from mlpmem.experiments.bench.infer.config import InferBenchConfig
 from mlpmem.inference.augmented_lm import mix_logits
@@ -35,18 +36,21 @@ class TimedMethod:
 @torch.no_grad()
 def measure(model, method: TimedMethod, prompt_ids: torch.Tensor, new_tokens: int) -> dict:
     """TTFT (s) and decode tokens/s of one greedy generation of ``new_tokens`` tokens from ``prompt_ids``."""
-    batch = prompt_ids.shape[0]
+    batch, prompt_ids = prompt_ids.shape[0], prompt_ids.to(model_device(model))
+    synchronize(model)
     with method.context():
         t0 = time.perf_counter()
         input_ids = method.prepare(prompt_ids) if method.prepare else prompt_ids
         out = model(input_ids=input_ids, use_cache=True, logits_to_keep=1)
         next_ids = out.logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
+        synchronize(model)
         ttft = time.perf_counter() - t0
         cache = out.cache  # the KV cache (``cache`` in transformers 5, formerly past_key_values)
         t1 = time.perf_counter()
         for _ in range(new_tokens - 1):
             out = model(input_ids=next_ids, cache=cache, use_cache=True, logits_to_keep=1)
             next_ids, cache = out.logits[:, -1].argmax(-1, keepdim=True), out.cache
+        synchronize(model)
         decode = time.perf_counter() - t1
     extra = method.extra() if method.extra else {}
     return {"ttft_s": ttft, "decode_tok_s": (new_tokens - 1) * batch / decode, "input_tokens": input_ids.shape[1],
@@ -122,8 +126,8 @@ def mixing_microbench(vocab: int, lam: float, batch: int = 1, iters: int = 200) 
     return out
 
 
-def machine(n_threads: int) -> dict:
-    """CPU model, threads and torch version of the measurement."""
+def machine(n_threads: int, device: torch.device | None = None) -> dict:
+    """CPU model, threads, torch version and the device the models ran on (a GPU's name) of the measurement."""
     cpu = ""
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -131,4 +135,5 @@ def machine(n_threads: int) -> dict:
                 cpu = line.split(":", 1)[1].strip()
                 break
     return {"cpu": cpu or platform.processor(), "threads": n_threads, "torch": torch.__version__,
-            "cuda": torch.cuda.is_available()}
+            "cuda": torch.cuda.is_available(),
+            "device": torch.cuda.get_device_name(device) if device is not None and device.type == "cuda" else "cpu"}

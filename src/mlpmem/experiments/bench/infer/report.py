@@ -58,7 +58,8 @@ def gate_lines(results: dict) -> list[str]:
 def report(results: dict) -> str:
     cfg = results["config"]
     lines = ["# Inference speed: backbone, memory, kNN-LM, RAG\n",
-             f"Machine: {results['machine']['cpu']}, {results['machine']['threads']} threads, torch "
+             f"Machine: {results['machine']['cpu']}, {results['machine']['threads']} threads, models on "
+             f"{results['machine'].get('device', 'cpu')}, torch "
              f"{results['machine']['torch']}. Prompt {cfg['prompt_tokens']} tokens, {cfg['new_tokens']} new tokens "
              f"(greedy, KV cache), {cfg['warmup']} warm-up + {cfg['repeats']} interleaved repetitions; median "
              f"[min-max]. Run `{results['run_config']}`; memory λ = {results['info']['memory']['lambda']} (the run "

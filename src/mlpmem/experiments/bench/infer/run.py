@@ -7,7 +7,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from mlpmem.backbone import load_backbone
+from mlpmem.backbone import compute_device, load_backbone, model_device
 from mlpmem.baselines.methods import MethodOptions, build_method, knnlm_chosen, run_results
 from mlpmem.experiments.bench.common import threads, write_text
 from mlpmem.experiments.bench.infer.config import BATCH1_ONLY, FALLBACK_LAMBDA, InferBenchConfig
@@ -30,8 +30,8 @@ def run_bench(config_path: str, cfg: InferBenchConfig, progress: bool = True) ->
     n_threads = threads(cfg.threads)
     run_cfg = PipelineConfig.from_yaml(config_path, cfg.overrides)
     run_dir = Path(run_cfg.run_dir)
-    backbone = load_backbone(run_cfg.backbone.name)
-    model, tokenizer = backbone
+    model, tokenizer = load_backbone(run_cfg.backbone.name)
+    backbone = model.to(compute_device(run_cfg.backbone.device)), tokenizer
     chosen = {"memory": run_results(run_dir)["lambda"], "knnlm": knnlm_chosen(run_dir)["lambda"]}
     lam = cfg.lam if cfg.lam is not None else (chosen["memory"] or FALLBACK_LAMBDA["memory"])
     mixed = build_method("memory", run_dir, backbone, MethodOptions(lam=lam)).model
@@ -60,7 +60,7 @@ def run_bench(config_path: str, cfg: InferBenchConfig, progress: bool = True) ->
     results = summaries(samples)
     results["gate_decode_ratio"] = gate_ratios(results)
     results.update(info=info, limits=weight_limits(model, memory), mixing=mixing_microbench(
-        memory.config.vocab_size, lam if 0 < lam < 1 else 0.5), machine=machine(n_threads),
+        memory.config.vocab_size, lam if 0 < lam < 1 else 0.5), machine=machine(n_threads, model_device(model)),
                    config=asdict(cfg), run_config=config_path, seconds_total=None)
     info["vocab"] = memory.config.vocab_size
     if "memory:bf16" in ladder:
