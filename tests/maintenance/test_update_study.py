@@ -50,6 +50,11 @@ def test_a_tiny_study_writes_its_table(tmp_path, tiny_backbone_dir, capsys):
         assert {"measure", "value", "target", "pass"} <= set(results[key]) and key in printed
     old = results["qa_old_after_update_vs_before"]["delta_points"]  # paired: the same questions before and after
     assert old["n"] == results["details"]["config"]["questions"] and old["ci95"][0] <= old["delta"] <= old["ci95"][1]
+    added = results["qa_added_update_vs_retrain"]  # paired: the same questions to the updated and retrained memory
+    delta = added["delta_points"]
+    assert delta["delta"] == pytest.approx(added["update"] - added["retrained"], abs=0.01)
+    assert delta["ci95"][0] <= delta["delta"] <= delta["ci95"][1]
+    assert "added entities, updated − retrained" in (out / "report.md").read_text()
     explain = results["explain_top_document_is_own"]
     assert explain["asked"] <= 4 and (explain["asked"] == 0 or 0 <= explain["neighbour_rate"] <= 1)
     assert results["cost_update_vs_retrain"]["update_s"] > 0 and results["cost_update_vs_retrain"]["retrain_s"] > 0

@@ -55,6 +55,7 @@ def table_rows(scores: dict, timings: dict, explained: dict, cfg) -> dict:
         "qa_added_update_vs_retrain": _row(
             "QA on the added entities after update, vs a memory retrained from scratch", added, ">= 0.90",
             added is not None and added >= 0.90, update=s("updated", "arriving"), retrained=s("retrained", "arriving"),
+            delta_points=_paired(scores, ("retrained", "arriving"), ("updated", "arriving")),
             em=_em(scores, {"update": ("updated", "arriving"), "retrained": ("retrained", "arriving")})),
         "qa_old_after_update_vs_before": _row(
             "QA on the old entities after update, vs before", old, ">= 0.95", old is not None and old >= 0.95,
@@ -102,9 +103,10 @@ def _score_table(scores: dict) -> str:
 
 
 def _notes(results: dict) -> str:
-    """The paired intervals of the retention rows and the neighbour-only explain rate, as sentences."""
+    """The paired intervals of the added and retention rows and the neighbour-only explain rate, as sentences."""
     lines = []
-    for key, what in (("qa_old_after_update_vs_before", "old entities, after update − before"),
+    for key, what in (("qa_added_update_vs_retrain", "added entities, updated − retrained memory"),
+                      ("qa_old_after_update_vs_before", "old entities, after update − before"),
                       ("qa_kept_after_forget", "other entities, after forget − before")):
         d = results[key].get("delta_points")
         if d:
