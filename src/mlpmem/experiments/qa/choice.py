@@ -43,9 +43,8 @@ def continuation_logprobs(model, tokenizer, pairs: list[tuple[str, str]], batch_
         for i, r in enumerate(rows):
             ids[i, : len(r)] = torch.tensor(r)
             mask[i, : len(r)] = 1
-        device = model_device(model)
-        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
-        logp = F.log_softmax(logits.float(), dim=-1).cpu()  # (B, T, V)
+        ids, mask = ids.to(model_device(model)), mask.to(model_device(model))
+        logp = F.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float(), dim=-1)  # (B, T, V)
         for i, (lo, hi) in enumerate(spans):
             targets = ids[i, lo:hi]  # (n,)
             out.append(logp[i, lo - 1 : hi - 1].gather(1, targets[:, None]).sum().item())
