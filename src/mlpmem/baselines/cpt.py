@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from mlpmem.backbone import model_device
 from mlpmem.config import Config
 from mlpmem.corpora.documents import Document, tokenize_documents
 from mlpmem.errors import ConfigError
@@ -64,7 +65,7 @@ def finetune_causal_lm(model, tokenizer, docs, cfg: FinetuneConfig, progress: bo
     blocks = pack_blocks(tokenize_documents([Document(str(i), t) for i, t in enumerate(texts)], tokenizer),
                          cfg.block_size)  # (n, block)
     params = [p for p in model.parameters() if p.requires_grad]
-    device = next(model.parameters()).device
+    device = model_device(model)
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     steps_per_epoch = math.ceil(len(blocks) / cfg.batch_size)
     total, warmup = steps_per_epoch * cfg.epochs, int(cfg.warmup_fraction * steps_per_epoch * cfg.epochs)

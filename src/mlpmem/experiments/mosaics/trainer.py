@@ -21,6 +21,7 @@ from accelerate import Accelerator
 from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
+from mlpmem.backbone import model_device
 from mlpmem.errors import ConfigError, CorruptArtifact
 from mlpmem.experiments.mosaics.config import TrainSection
 from mlpmem.experiments.mosaics.data import (
@@ -43,7 +44,7 @@ def evaluate_loss(model, tokens: np.ndarray, docs: np.ndarray, seq_len: int, max
     starts = evaluation_starts(len(tokens), seq_len)
     if max_windows:
         starts = starts[np.linspace(0, len(starts) - 1, min(max_windows, len(starts))).astype(int)]
-    total, count, device = 0.0, 0, next(model.parameters()).device
+    total, count, device = 0.0, 0, model_device(model)
     for a in range(0, len(starts), batch_size):
         batch = {k: v.to(device) for k, v in window_batch(tokens, docs, starts[a : a + batch_size], seq_len).items()}
         logits = forward_documents(model, batch["input_ids"], batch["doc_ids"]).logits.float()
