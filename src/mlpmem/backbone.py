@@ -250,11 +250,15 @@ def model_device(model: nn.Module) -> torch.device:
     return param.device if param is not None else torch.device("cpu")
 
 
-def synchronize(model: nn.Module) -> None:
-    """Wait for ``model``'s device to finish its queued work (GPU kernels run asynchronously): timers read after."""
-    device = model_device(model)
+def sync_device(device: torch.device) -> None:
+    """Wait for ``device`` to finish its queued work (GPU kernels run asynchronously): timers read after it."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def synchronize(model: nn.Module) -> None:
+    """:func:`sync_device` on ``model``'s device."""
+    sync_device(model_device(model))
 
 
 def autocast(model: nn.Module, precision: str = "fp32"):

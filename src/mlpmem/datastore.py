@@ -73,8 +73,10 @@ class EncodedBatch:
     lm_logprob: np.ndarray | None  # (n,) fp32
 
 
-def pad_windows(token_docs: Sequence[np.ndarray], windows: Sequence[Window], pad_id: int = 0):
-    """Right-padded ``input_ids`` and ``attention_mask`` ``(B, T)`` of a batch of windows."""
+def pad_windows(token_docs: Sequence[np.ndarray], windows: Sequence[Window], pad_id: int = 0,
+                device: torch.device | str = "cpu"):
+    """Right-padded ``input_ids`` and ``attention_mask`` ``(B, T)`` of a batch of windows, on ``device`` (the
+    model's: :func:`~mlpmem.backbone.model_device`)."""
     length = max(w.end - w.start for w in windows)
     input_ids = torch.full((len(windows), length), pad_id, dtype=torch.long)
     mask = torch.zeros((len(windows), length), dtype=torch.long)
@@ -82,7 +84,7 @@ def pad_windows(token_docs: Sequence[np.ndarray], windows: Sequence[Window], pad
         n = w.end - w.start
         input_ids[b, :n] = torch.from_numpy(token_docs[w.doc][w.start : w.end].astype(np.int64))
         mask[b, :n] = 1
-    return input_ids, mask
+    return input_ids.to(device), mask.to(device)
 
 
 def _model_inputs(model, token_docs, windows: Sequence[Window], layout: Layout, packed: bool) -> dict:

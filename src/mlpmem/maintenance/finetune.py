@@ -89,15 +89,15 @@ def widen_head(memory: MLPMemory, tokens: np.ndarray, model) -> MLPMemory:
         return memory
     config = MemoryConfig.from_dict({**memory.config.to_dict(), "head_vocab_size": len(union)})
     torch.manual_seed(0)
-    wider = MLPMemory(config).to(model_device(memory))
+    device = model_device(memory)
+    wider = MLPMemory(config).to(device)
     state = {k: v for k, v in memory.state_dict().items() if k not in ("head.weight", "vocab_ids")}
     wider.load_state_dict(state, strict=False)
-    wider.set_head_vocab(torch.from_numpy(union).to(model_device(memory)))
+    wider.set_head_vocab(torch.from_numpy(union).to(device))
     if config.tie_head:
         return tie_to_backbone(wider, model)
     with torch.no_grad():
-        wider.head.weight[torch.from_numpy(np.searchsorted(union, old)).to(model_device(memory))] = \
-            memory.head.weight.detach()
+        wider.head.weight[torch.from_numpy(np.searchsorted(union, old)).to(device)] = memory.head.weight.detach()
     return wider
 
 

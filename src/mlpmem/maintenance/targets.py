@@ -65,7 +65,7 @@ def backbone_rows(model, token_docs: Sequence[np.ndarray], block_size: int, stri
     parts = []
     for b in range(0, len(windows), batch_size):
         batch = [windows[j] for j in range(b, min(b + batch_size, len(windows)))]
-        input_ids, mask = (t.to(model_device(model)) for t in pad_windows(token_docs, batch))  # (B, T)
+        input_ids, mask = pad_windows(token_docs, batch, device=model_device(model))  # (B, T)
         with autocast(model, precision):
             hidden = base_model(model)(input_ids=input_ids, attention_mask=mask, use_cache=False)[0]  # (B, T, d)
         for r, w in enumerate(batch):  # one window at a time: (m, V) probabilities, never (B·m, V)

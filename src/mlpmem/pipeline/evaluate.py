@@ -49,7 +49,7 @@ def distribution_stats(run, memory, num_positions: int = 1024) -> dict:
     docs = split_tokens(run, "test")
     lm_rows, key_rows, n = [], [], 0
     for w in make_windows(document_lengths(docs), cfg.corpus.block_size, cfg.corpus.stride):
-        ids, mask = (t.to(model_device(model)) for t in pad_windows(docs, [w]))
+        ids, mask = pad_windows(docs, [w], device=model_device(model))
         with KeyHook(model, cfg.backbone.layer, cfg.backbone.site) as hook:
             logits = model(input_ids=ids, attention_mask=mask).logits[0]  # (T, V)
         lm_rows.append(torch.softmax(logits[w.positions], -1))

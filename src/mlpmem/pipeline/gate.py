@@ -89,7 +89,7 @@ def compute_features(run: Run, memory: MLPMemory, split: str, store: KeyStore) -
     param = next(memory.parameters())
     for first in range(0, len(windows), manifest["batch_size"]):
         batch = windows[first : first + manifest["batch_size"]]
-        ids, mask = (t.to(model_device(model)) for t in pad_windows(docs, batch))  # (B, T)
+        ids, mask = pad_windows(docs, batch, device=model_device(model))  # (B, T)
         with autocast(model, manifest["precision"]):
             hidden = base_model(model)(input_ids=ids, attention_mask=mask, use_cache=False)[0]  # (B, T, d)
         hidden = hidden[_scored_rows(batch)]  # (M, d)

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from mlpmem.backbone import sync_device
 from mlpmem.memory.model import MLPMemory
 from mlpmem.training.config import TrainConfig
 from mlpmem.training.data import TrainData
@@ -32,18 +33,28 @@ def train_flops_per_token(memory: MLPMemory, data: TrainData, cfg: TrainConfig) 
     return counter.get_total_flops() / n
 
 
-def _timed_mm(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Seconds of one ``a @ b``, the device's queue drained before and after (GPU kernels run asynchronously)."""
-    sync = torch.cuda.synchronize if a.is_cuda else (lambda: None)
-    sync()
-    t0 = time.perf_counter()
+def synced_mm(a: torch.Tensor, b: torch.Tensor) -> None:
+    """``a @ b``, returning once the device has computed it (a GPU queues kernels and returns at once)."""
     torch.mm(a, b)
-    sync()
+    sync_device(a.device)
+
+
+def _timed_mm(a: torch.Tensor, b: torch.Tensor) -> float:
+    sync_device(a.device)
+    t0 = time.perf_counter()
+    synced_mm(a, b)
     return time.perf_counter() - t0
 
 
-def _square(size: int, dtype: torch.dtype, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+def random_square(size: int, dtype: torch.dtype, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two random ``(size, size)`` operands of a timed product."""
     return torch.randn(size, size, dtype=dtype, device=device), torch.randn(size, size, dtype=dtype, device=device)
+
+
+def peak_max_size(device: torch.device | str, cpu_max: int = 2048) -> int:
+    """The largest square product to time on ``device``: ``cpu_max`` on a CPU, at least 8192 on a GPU (whose smaller
+    products only measure the kernel launch)."""
+    return max(cpu_max, 8192) if torch.device(device).type == "cuda" else cpu_max
 
 
 def peak_size(dtype: torch.dtype, max_size: int = 2048, min_seconds: float = 0.02, device="cpu") -> int:
@@ -52,7 +63,7 @@ def peak_size(dtype: torch.dtype, max_size: int = 2048, min_seconds: float = 0.0
     emulates (bf16 on an AVX2 CPU, ~50x slower than fp32) then costs a fraction of a second instead of minutes."""
     size = min(256, max_size)
     while size < max_size:
-        if _timed_mm(*_square(size, dtype, device)) >= min_seconds:
+        if _timed_mm(*random_square(size, dtype, device)) >= min_seconds:
             break
         size = min(2 * size, max_size)
     return size
@@ -61,12 +72,11 @@ def peak_size(dtype: torch.dtype, max_size: int = 2048, min_seconds: float = 0.0
 def matmul_peak(dtype: torch.dtype = torch.bfloat16, max_size: int | None = None, repeats: int = 5,
                 device: torch.device | str = "cpu") -> float:
     """FLOP/s of a square ``torch.mm`` in ``dtype`` on ``device`` (sized by :func:`peak_size`, at most ``max_size``:
-    2048 on a CPU, 8192 on a GPU, whose small products only measure the kernel launch): the best of ``repeats``
-    after a warm-up (the machine's attainable rate, not its average under load)."""
+    :func:`peak_max_size` by default): the best of ``repeats`` after a warm-up (the machine's attainable rate, not
+    its average under load)."""
     device = torch.device(device)
-    max_size = max_size or (8192 if device.type == "cuda" else 2048)
-    size = peak_size(dtype, max_size, device=device)
-    a, b = _square(size, dtype, device)
+    size = peak_size(dtype, max_size or peak_max_size(device), device=device)
+    a, b = random_square(size, dtype, device)
     _timed_mm(a, b)
     best = min(_timed_mm(a, b) for _ in range(repeats))
     return 2.0 * size**3 / best

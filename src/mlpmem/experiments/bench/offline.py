@@ -30,6 +30,7 @@ The recorded stage timings of the full run (``<run_dir>/timings.json``, read-onl
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import shutil
 import time
@@ -56,7 +57,7 @@ from mlpmem.pipeline.train import build_memory, eval_data, head_vocabulary
 from mlpmem.reporting.tables import markdown_table
 from mlpmem.teacher import TeacherStore, knn_sparse
 from mlpmem.training.data import TrainData
-from mlpmem.training.flops import peak_size, train_flops_per_token
+from mlpmem.training.flops import peak_max_size, peak_size, random_square, synced_mm, train_flops_per_token
 from mlpmem.training.loop import train_memory
 
 
@@ -105,7 +106,7 @@ def forward_vs_keys(run, cfg: OfflineBenchConfig) -> dict:
     def plain(prec):
         def go():
             for batch in batches:
-                ids, mask = (t.to(model_device(model)) for t in pad_windows(docs, batch))
+                ids, mask = pad_windows(docs, batch, device=model_device(model))
                 with autocast(model, prec):
                     model(input_ids=ids, attention_mask=mask, use_cache=False)
             synchronize(model)
@@ -141,17 +142,10 @@ def _interleave(fns: dict, cfg: OfflineBenchConfig, work: float) -> dict:
 def matmul_peak(max_size: int, cfg: OfflineBenchConfig, device: torch.device | str = "cpu") -> dict:
     """FLOP/s of a plain square matmul in fp32 and bf16 on ``device`` (where the memory trains), each at the size
     :func:`peak_size` picks (at most ``max_size``, 8192 on a GPU; recorded as ``size``)."""
-    device, out = torch.device(device), {}
-    max_size = max(max_size, 8192) if device.type == "cuda" else max_size
+    out, max_size = {}, peak_max_size(device, max_size)
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         size = peak_size(dtype, max_size, device=device)
-        a, b = torch.randn(size, size, dtype=dtype, device=device), torch.randn(size, size, dtype=dtype, device=device)
-
-        def product(a=a, b=b):
-            torch.mm(a, b)
-            if a.is_cuda:
-                torch.cuda.synchronize(a.device)
-
+        product = functools.partial(synced_mm, *random_square(size, dtype, device))
         out[name] = {**_interleave({name: product}, cfg, 2.0 * size**3)[name], "size": size}
     return out
 
