@@ -12,13 +12,13 @@ import json
 import math
 
 import pytest
-from lm_eval import simple_evaluate
 
 from helpers.fast import quiet_and_fast  # noqa: F401 (autouse: no fsync, one thread)
 from helpers.harness import MC_ITEMS as ITEMS
+from helpers.harness import mc_responses as responses
 from helpers.harness import write_mc_task
 from mlpmem.errors import ConfigError
-from mlpmem.evaluation.harness import MlpmemLM, task_manager
+from mlpmem.evaluation.harness import MlpmemLM
 from mlpmem.evaluation.shared_context import shared_context_loglikelihood, shared_groups
 from mlpmem.inference.gate import Gate, GateConfig
 from mlpmem.inference.gate_io import save_gate
@@ -61,13 +61,6 @@ def test_a_repeated_request_runs_once_and_every_copy_gets_its_score():
     assert sorted(fed) == [(0,), (3,), (5,)]  # after the context: [3, 4] once, [5, 6], [2] (padding only)
     assert scored[0] == scored[2] and scored[0] != scored[1] and set(scored) == {0, 1, 2, 3}
     assert scored[3][1] is True  # after the context's last token 2, the one-hot forward favours 2: greedy
-
-
-def responses(lm, mc_tasks) -> list:
-    """Every request's (log-likelihood, greedy) of every item, in item order (choices, then unconditional)."""
-    out = simple_evaluate(model=lm, tasks=["tiny_mc"], task_manager=task_manager(mc_tasks, local_only=True),
-                          log_samples=True)
-    return [tuple(r[0]) for s in sorted(out["samples"]["tiny_mc"], key=lambda s: s["doc_id"]) for r in s["resps"]]
 
 
 def counted(lm) -> list:

@@ -66,6 +66,14 @@ def generation_task(folder, stop: str, data, max_gen_toks: int = 8) -> None:
                f"max_gen_toks: {max_gen_toks}, do_sample: false}}\nmetric_list: [{{metric: exact_match}}]\n", data)
 
 
+def mc_responses(lm, folder) -> list:
+    """Every request's (log-likelihood, greedy) of every ``tiny_mc`` item in ``folder``, in item order (choices,
+    then PMI's unconditional requests)."""
+    out = simple_evaluate(model=lm, tasks=["tiny_mc"], task_manager=task_manager(folder, local_only=True),
+                          log_samples=True)
+    return [tuple(r[0]) for s in sorted(out["samples"]["tiny_mc"], key=lambda s: s["doc_id"]) for r in s["resps"]]
+
+
 def run_lambda(run_dir) -> float:
     return json.loads((run_dir / "results.json").read_text())["lambda"]
 

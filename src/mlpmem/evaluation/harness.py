@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 from lm_eval import simple_evaluate
 from lm_eval.api.instance import Instance
+from lm_eval.api.model import LM
 from lm_eval.api.registry import model_registry, register_model
 from lm_eval.models.huggingface import HFLM
 from lm_eval.tasks import TaskManager
@@ -150,13 +151,14 @@ def task_manager(include_path: str | Path | None = None, local_only: bool = Fals
                        include_defaults=not local_only)
 
 
-def evaluate(tasks: list[str], model: str = MODEL_NAME, model_args: str | dict = "", *,
+def evaluate(tasks: list[str], model: str | LM = MODEL_NAME, model_args: str | dict = "", *,
              include_path: str | Path | None = None, local_only: bool = False, limit: float | None = None,
              num_fewshot: int | None = None, batch_size: int | str = 1, device: str | None = None,
              log_samples: bool = False) -> dict:
-    """``lm_eval.simple_evaluate`` of ``model`` (``mlpmem``, ``hf``, any registered type) on ``tasks``, on
-    ``device`` (default: cuda if there is one, else cpu; lm-eval's own default is cuda)."""
-    if model not in model_registry:
+    """``lm_eval.simple_evaluate`` of ``model`` (``mlpmem``, ``hf``, any registered type, or a built lm-eval
+    ``LM``, which ignores ``model_args``) on ``tasks``, on ``device`` (default: cuda if there is one, else cpu;
+    lm-eval's own default is cuda)."""
+    if isinstance(model, str) and model not in model_registry:
         raise ConfigError(f"unknown lm-eval model type {model!r} (e.g. {MODEL_NAME} or hf)")
     manager = task_manager(include_path, local_only)
     unknown = [t for t in tasks if t not in manager.all_tasks]

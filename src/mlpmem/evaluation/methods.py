@@ -140,6 +140,10 @@ class Loaded:
     """RAG's retrieval, whose passages go before every context."""
     caches: bool = True
     """The model takes and returns a KV cache (``cache``), so a shared context can run once."""
+    mixer: nn.Module | None = None
+    """memory, knnlm: what mixes the backbone's logits with the method's distribution, ``mixer.mix(lm_logits,
+    keys)`` (its keys: the run's layer and site), so that several methods can share one backbone pass
+    (:mod:`mlpmem.evaluation.one_pass`)."""
 
 
 def read_docs(path: str | Path) -> list[dict]:
@@ -182,26 +186,27 @@ def load_mosaics(folder: str | Path) -> tuple[nn.Module, object]:
     return load_backbone(str(folder))
 
 
-def build_model(args: MethodArgs) -> Loaded:
-    """The model, tokenizer, mixing context, λ and retrieval of ``args.method``."""
+def build_model(args: MethodArgs, run=None) -> Loaded:
+    """The model, tokenizer, mixing context, λ and retrieval of ``args.method``; ``run``: the run of ``args.run``
+    already opened (its backbone is shared by every model built from it)."""
     if args.method == "mosaics":
         return Loaded(*load_mosaics(args.pretrained), caches=False)  # its memories attend to every position anew
     if args.pretrained is not None:
         model = MemoryAugmentedForCausalLM.from_pretrained(args.pretrained)
         if args.lam != AUTO:
             model.set_lambda(args.lam)
-        return Loaded(model, model.tokenizer, lam=model.lam)
+        return Loaded(model, model.tokenizer, lam=model.lam, mixer=model.mixer)
+    run = run or open_run(args.run)
     if args.method == "memory":
-        model = augmented_from_run(args.run, args.lam, args.gate, args.gate_offset, args.gate_dir)
-        return Loaded(model, model.tokenizer, lam=model.lam)
-    run = open_run(args.run)
+        model = augmented_from_run(run, args.lam, args.gate, args.gate_offset, args.gate_dir)
+        return Loaded(model, model.tokenizer, lam=model.lam, mixer=model.mixer)
     backbone, tokenizer = run.backbone
     if args.method == "backbone":
         return Loaded(backbone, tokenizer)
     if args.method == "knnlm":
         options = MethodOptions(lam=None if args.lam == AUTO else args.lam, progress=False)
         decoder = build_method("knnlm", run.dir, run.backbone, options).model
-        return Loaded(backbone, tokenizer, decoder.active, decoder.lam)
+        return Loaded(backbone, tokenizer, decoder.active, decoder.lam, mixer=decoder)
     if args.method in RAG_METHODS:
         docs = read_docs(args.docs) if args.docs is not None else run_documents(run)
         built = build_method(args.method, run.dir, run.backbone, MethodOptions(docs=docs, rag=args.rag,

@@ -9,6 +9,9 @@ positions never attend to the padding after them); a request repeated in a group
 PMI repeat a task's fixed choices) runs once. The sums and greedy flags equal ``HFLM``'s up to float
 rounding: the same positions are computed, in other matmul shapes. Groups of one request gain nothing and are
 left to ``HFLM``'s own batched path, as are requests whose context must be truncated to fit the model.
+
+The forward may also return several methods' log-probs of one pass, stacked in a leading dimension (M, B, T, V)
+(:mod:`mlpmem.evaluation.one_pass`): every score is then a list of M ``(Σ log p, greedy)``, one per method.
 """
 
 from __future__ import annotations
@@ -22,7 +25,10 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 Forward = Callable[..., tuple[torch.Tensor, object]]
-"""``forward(input_ids, past, last_only) -> (logits (B, T, V), cache)``: the model in its mixing context."""
+"""``forward(input_ids, past, last_only) -> (logits (B, T, V) or (M, B, T, V), cache)``: the model in its mixing
+context, or M methods' log-probs from one pass."""
+Score = tuple[float, bool] | list[tuple[float, bool]]
+"""A request's (Σ log p, greedy), or one per method when the forward returns several."""
 
 
 @dataclass(frozen=True)
@@ -33,9 +39,10 @@ class Group:
     members: tuple[int, ...]
 
 
-def shared_groups(requests: Sequence[tuple], max_length: int) -> tuple[list[Group], list[int]]:
-    """``requests`` (lm-eval's ``(request_str, context_enc, continuation_enc)``) split into groups of ≥ 2 sharing
-    a context, and the indices left to the plain path (alone with their context, or too long to fit)."""
+def shared_groups(requests: Sequence[tuple], max_length: int, min_members: int = 2) -> tuple[list[Group], list[int]]:
+    """``requests`` (lm-eval's ``(request_str, context_enc, continuation_enc)``) split into groups of at least
+    ``min_members`` sharing a context, and the indices left to the plain path (alone with their context, or too
+    long to fit)."""
     by_context: dict[tuple[int, ...], list[int]] = {}
     rest = []
     for i, (_, context, continuation) in enumerate(requests):
@@ -45,27 +52,30 @@ def shared_groups(requests: Sequence[tuple], max_length: int) -> tuple[list[Grou
             by_context.setdefault(tuple(context), []).append(i)
     groups = []
     for context, members in by_context.items():
-        if len(members) > 1:
+        if len(members) >= min_members:
             groups.append(Group(context, tuple(members)))
         else:
             rest.extend(members)
     return groups, sorted(rest)
 
 
-def _scores(logp: torch.Tensor, continuation: list[int]) -> tuple[float, bool]:
-    """Σ log p of ``continuation`` and whether it is the greedy path, from its positions' log-probs (T, V)."""
+def _scores(logp: torch.Tensor, continuation: list[int]) -> Score:
+    """Σ log p of ``continuation`` and whether it is the greedy path, from its positions' log-probs (T, V), or
+    one pair per method from (M, T, V)."""
     target = torch.tensor(continuation, device=logp.device)
+    if logp.dim() == 3:
+        return [_scores(one, continuation) for one in logp]
     greedy = bool((logp.argmax(-1) == target).all())
     return float(logp.gather(1, target[:, None]).sum()), greedy
 
 
 def score_group(forward: Forward, group: Group, continuations: list[list[int]], batch_size: int,
-                pad_id: int) -> Iterator[tuple[float, bool]]:
+                pad_id: int) -> Iterator[Score]:
     """Every continuation of ``group`` scored after its context, which runs once; yielded in order, as each
     chunk of ``batch_size`` is done (a group can be large: the PMI requests of a task share one context)."""
     ids = torch.tensor([group.context])
     logits, cache = forward(ids, None, last_only=True)
-    first = F.log_softmax(logits[0, -1].float(), -1)  # predicts every continuation's first token
+    first = F.log_softmax(logits[..., 0, -1, :].float(), -1)  # (V) or (M, V): every continuation's first token
     for start in range(0, len(continuations), batch_size):
         chunk = continuations[start:start + batch_size]
         rest = [c[:-1] for c in chunk]  # what each continuation feeds after the context
@@ -79,14 +89,16 @@ def score_group(forward: Forward, group: Group, continuations: list[list[int]], 
             tails = F.log_softmax(forward(batch, past, last_only=False)[0].float(), -1)
         for row, continuation in enumerate(chunk):
             n = len(continuation) - 1
-            logp = torch.cat([first[None], tails[row, :n]]) if n else first[None]
+            head = first[..., None, :]  # (1, V) or (M, 1, V)
+            logp = torch.cat([head, tails[..., row, :n, :]], dim=-2) if n else head
             yield _scores(logp, continuation)
 
 
 def shared_context_loglikelihood(forward: Forward, requests: Sequence[tuple], groups: list[Group], batch_size: int,
-                                 pad_id: int, progress: bool = True) -> dict[int, tuple[float, bool]]:
-    """``{request index: (Σ log p, greedy)}`` of every request in ``groups``."""
-    results: dict[int, tuple[float, bool]] = {}
+                                 pad_id: int, progress: bool = True) -> dict[int, Score]:
+    """``{request index: (Σ log p, greedy)}`` of every request in ``groups`` (a list of them per method when the
+    forward returns several methods' log-probs)."""
+    results: dict[int, Score] = {}
     bar = tqdm(total=sum(len(g.members) for g in groups), disable=not progress,
                desc="Running loglikelihood requests (shared contexts)")
     with torch.no_grad():

@@ -45,12 +45,13 @@ def run_lambda(run: Run, lam: float | str = AUTO) -> float:
     return check_lambda(lam, "lam")
 
 
-def augmented_from_run(run_dir: str | Path, lam: float | str = AUTO, gate: bool = False, gate_offset: float = 0.0,
-                       gate_dir: str | Path | None = None) -> MemoryAugmentedForCausalLM:
+def augmented_from_run(run_dir: str | Path | Run, lam: float | str = AUTO, gate: bool = False,
+                       gate_offset: float = 0.0, gate_dir: str | Path | None = None) -> MemoryAugmentedForCausalLM:
     """The memory-augmented model of a finished run: memory at ``lam`` ("auto": the run's), or with ``gate``
     the run's learned gate (``mlpmem gate``; or the one saved with this memory in ``gate_dir``), which then sets
-    λ_t per position (its logit shifted by ``gate_offset``)."""
-    run = open_run(run_dir)
+    λ_t per position (its logit shifted by ``gate_offset``). ``run_dir`` may be a :class:`Run` already opened
+    (its backbone, if loaded, is reused)."""
+    run = run_dir if isinstance(run_dir, Run) else open_run(run_dir)
     require(run, ("train",))
     records.check_upstream(run, "train")
     records.check(run, "train")

@@ -1,4 +1,5 @@
-"""bench lm-eval on a finished tiny run: both paths timed per method, the same answers, files written."""
+"""bench lm-eval on a finished tiny run: both paths timed per method, the same answers, files written; the
+methods from one backbone pass against one at a time, the same answers."""
 
 from __future__ import annotations
 
@@ -26,6 +27,12 @@ def test_bench_lm_eval_times_both_paths_and_they_agree(tiny_run, tmp_path):
     assert json.loads((tmp_path / "docs" / "lm-eval-contexts.json").read_text())["methods"].keys() == {"backbone",
                                                                                                     "memory"}
     assert "HFLM / shared" in (tmp_path / "docs" / "lm-eval-contexts.md").read_text()
+    one = r["one_pass"]
+    assert one["methods"] == ["backbone", "memory"] and one["speedup_wall"] > 0
+    assert one["backbone_passes_per_round"] > 0
+    for method, m in one["agreement"].items():
+        assert m["greedy_equal"] and m["scores_equal"] and m["max_abs_loglik_diff"] < 1e-4, method
+    assert "from one backbone pass" in (tmp_path / "docs" / "lm-eval-contexts.md").read_text()
 
 
 @pytest.mark.parametrize("bad", [{"methods": ["mosaics"]}, {"methods": ["nope"]}, {"limit": 0}])

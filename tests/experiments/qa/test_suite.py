@@ -183,6 +183,8 @@ def _check_battery(tmp: Path, results: dict) -> None:
     files = results["battery"]["methods"]
     assert set(files) == {"backbone", "rag-bm25", "cpt", "memory", "memory-gate"}
     memory = json.loads(Path(files["memory"]).read_text())
+    assert memory["mlpmem_one_pass"] == ["backbone", "memory", "memory-gate"]  # one backbone pass for the three
+    assert "mlpmem_one_pass" not in json.loads(Path(files["cpt"]).read_text())
     lam = results["benchmarks"]["synthetic"]["methods"]["memory"]["lambda"]
     assert memory["config"]["mlpmem"]["lam"] == lam  # the QA-tuned λ, not the perplexity one
     assert len(memory["samples"]["mlpmem_bb_general_knowledge"]) == 2

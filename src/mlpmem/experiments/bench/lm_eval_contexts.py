@@ -5,7 +5,8 @@ Each method of a finished run is loaded once as the ``mlpmem`` lm-eval model typ
 ``share_context`` (each context runs once, :mod:`mlpmem.evaluation.shared_context`) and with ``HFLM``'s path,
 interleaved round by round. Reported per method: the wall and CPU seconds, the ratio of medians, and the agreement
 of the two: the largest difference of any request's log-likelihood, whether every greedy flag and every task's
-accuracy and PMI accuracy are equal.
+accuracy and PMI accuracy are equal. Then, with ``one_pass`` and two or more of backbone, memory and kNN-LM among
+the methods, those methods from one backbone pass vs one at a time (:mod:`mlpmem.experiments.bench.lm_eval_one_pass`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from mlpmem.errors import ConfigError
 from mlpmem.evaluation.harness import MlpmemLM, task_manager
 from mlpmem.evaluation.methods import METHODS
 from mlpmem.experiments.bench.common import interleave, summarize, threads, write_text
+from mlpmem.experiments.bench.lm_eval_one_pass import measure_one_pass, one_pass_labels, one_pass_report
 from mlpmem.experiments.tasks.choice_tasks import MC_GROUP, TRUTH_GROUP
 from mlpmem.experiments.tasks.prepare import TasksConfig, prepared
 from mlpmem.reporting.tables import markdown_table
@@ -44,6 +46,8 @@ class LmEvalBenchConfig(Config):
     repeats: int = 1
     warmup: int = 0
     threads: int | None = None
+    one_pass: bool = True
+    """Also time backbone, memory and kNN-LM (those of ``methods``) from one backbone pass vs one at a time."""
     out_dir: str = "runs/bench/lm-eval"
     docs_dir: str = "docs/results/speed"
     """Where ``lm-eval-contexts.md`` and ``lm-eval-contexts.json`` are written."""
@@ -120,9 +124,11 @@ def main(cfg: LmEvalBenchConfig) -> dict:
                "run": cfg.run, "tasks": cfg.tasks, "limit": cfg.limit, "batch_size": cfg.batch_size,
                "repeats": cfg.repeats, "warmup": cfg.warmup, "threads": used,
                "methods": {m: measure(cfg, m, folder) for m in cfg.methods}}
+    if cfg.one_pass and len(one_pass_labels(cfg.methods)) > 1:
+        results["one_pass"] = measure_one_pass(cfg, task_manager(folder, local_only=True), _responses, _scores)
     out = Path(cfg.docs_dir)
     write_text(out / "lm-eval-contexts.json", json.dumps(results, indent=1))
-    text = report(results)
+    text = report(results) + ("\n\n" + one_pass_report(results["one_pass"]) if "one_pass" in results else "")
     write_text(out / "lm-eval-contexts.md", text)
     print(text)
     return results

@@ -9,6 +9,11 @@ method's lm-eval results go to ``<out_dir>/battery/<method>.json``; a method who
 again, so the stage resumes, unless the file was scored from other model args, tasks or memory weights. The
 tasks are written once into ``<out_dir>/battery/tasks`` (unless ``tasks_dir`` names a prepared folder). The
 report pairs each method with the backbone item by item (:mod:`mlpmem.evaluation.compare`).
+
+With ``one_pass`` (the default) the methods that only read the memory run's backbone pass (backbone, memory,
+memory-gate, kNN-LM) are scored together, one backbone pass per request for all of them
+(:mod:`mlpmem.evaluation.one_pass`; the same scores as one method at a time, to float rounding); the first of them
+then carries the wall time of all, recorded in its file.
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ SCORED_WITH = "mlpmem_scored_with"
 """The key of a battery file that records what it was scored from (:func:`_scored_with`)."""
 WALL_SECONDS = "mlpmem_wall_seconds"
 """The key of a battery file that records how long lm-eval took to score it (absent in older files)."""
+ONE_PASS = "mlpmem_one_pass"
+"""The key of a battery file that lists the methods scored with it from one backbone pass (absent: alone)."""
+ONE_PASS_LABELS = ("backbone", "memory", "memory-gate", "knnlm")
 BATTERY_METHODS = ("backbone", "rag-dense", "rag-bm25", "knnlm", "cpt", "lora", "memory", "memory-gate")
 
 
@@ -48,6 +56,8 @@ class BatteryConfig(Config):
     limit: int | None = None
     """Items scored per task (None: every item of the folder)."""
     batch_size: int = 8
+    one_pass: bool = True
+    """Score backbone, memory, memory-gate and kNN-LM from one backbone pass per request (see the module)."""
 
     def validate(self) -> None:
         if "backbone" not in self.methods or set(self.methods) - set(BATTERY_METHODS):
@@ -135,16 +145,32 @@ def run_battery(cfg, progress: bool = True) -> dict:
         raise ConfigError(f"battery.methods {sorted(missing)} are not among the suite's methods {cfg.methods} "
                           "(their λ and weights come from the suite)")
     folder = tasks_folder(cfg)
+    todo = {}
     for method in cfg.battery.methods:
         path, scored_with = battery_dir(cfg.out_dir) / f"{method}.json", _scored_with(cfg, method)
-        if path.is_file() and read_json(path, f"battery {method}").get(SCORED_WITH) == scored_with:
-            continue
+        if not (path.is_file() and read_json(path, f"battery {method}").get(SCORED_WITH) == scored_with):
+            todo[method] = scored_with
+    models = _one_pass_models(cfg, todo)
+    for method, scored_with in todo.items():
         t0 = time.perf_counter()
-        results = evaluate(cfg.battery.tasks, "mlpmem", scored_with["model_args"], include_path=folder,
-                           local_only=True, limit=cfg.battery.limit, batch_size=cfg.battery.batch_size,
-                           log_samples=True)
-        write_results({**results, SCORED_WITH: scored_with, WALL_SECONDS: time.perf_counter() - t0}, path)
+        results = evaluate(cfg.battery.tasks, models.get(method, "mlpmem"), scored_with["model_args"],
+                           include_path=folder, local_only=True, limit=cfg.battery.limit,
+                           batch_size=cfg.battery.batch_size, log_samples=True)
+        shared = {ONE_PASS: list(models)} if method in models else {}
+        write_results({**results, SCORED_WITH: scored_with, WALL_SECONDS: time.perf_counter() - t0, **shared},
+                      battery_dir(cfg.out_dir) / f"{method}.json")
     return collect_battery(cfg, folder)
+
+
+def _one_pass_models(cfg, todo: dict) -> dict:
+    """``{method: OnePassLM}`` of the methods of ``todo`` that share one backbone pass (none: fewer than two)."""
+    labels = [m for m in todo if m in ONE_PASS_LABELS]
+    if not cfg.battery.one_pass or len(labels) < 2:
+        return {}
+    from mlpmem.evaluation.one_pass import OnePass, OnePassLM  # here: it loads lm-eval
+
+    one = OnePass({m: todo[m]["model_args"] for m in labels})
+    return {m: OnePassLM(one, m, batch_size=cfg.battery.batch_size) for m in labels}
 
 
 def collect_battery(cfg, folder: Path | None = None) -> dict | None:

@@ -1,0 +1,73 @@
+"""Part of ``mlpmem bench lm-eval``: the methods of one run from one backbone pass vs one method at a time.
+
+The benchmark's methods that can share the backbone pass (backbone, memory, kNN-LM;
+:mod:`mlpmem.evaluation.one_pass`) score the same local tasks both ways, interleaved round by round: every method
+through its own ``mlpmem`` model (shared contexts, the battery's path before one pass), and all of them through
+one :class:`~mlpmem.evaluation.one_pass.OnePass` (its scores dropped before each round, so every round computes
+them). Reported: wall and CPU seconds of all the methods together each way, their ratio, and the agreement per
+method (largest difference of any request's log-likelihood; equal greedy flags; equal accuracies and PMI
+accuracies).
+"""
+
+from __future__ import annotations
+
+from lm_eval import simple_evaluate
+
+from mlpmem.evaluation.harness import MlpmemLM
+from mlpmem.evaluation.one_pass import ONE_PASS_METHODS, OnePass, OnePassLM
+from mlpmem.experiments.bench.common import interleave, summarize
+from mlpmem.reporting.tables import markdown_table
+
+ONE, SEPARATE = "one pass", "one method at a time"
+
+
+def one_pass_labels(methods: list[str]) -> list[str]:
+    """The benchmark's methods that share a pass (the comparison needs two or more)."""
+    return [m for m in methods if m in ONE_PASS_METHODS]
+
+
+def measure_one_pass(cfg, manager, responses, scores) -> dict:
+    """Both ways over ``one_pass_labels(cfg.methods)`` (``responses``/``scores``: how lm-eval's output is read)."""
+    labels = one_pass_labels(cfg.methods)
+    args = {m: {} if m == "memory" else {"method": m} for m in labels}
+    one = OnePass({m: {"run": cfg.run, **args[m]} for m in labels})
+    joint = {m: OnePassLM(one, m, batch_size=cfg.batch_size) for m in labels}
+    alone = {m: MlpmemLM(run=cfg.run, batch_size=cfg.batch_size, **args[m]) for m in labels}
+    last: dict[str, dict] = {ONE: {}, SEPARATE: {}}
+
+    def every(name: str, models: dict):
+        def go():
+            one.scores.clear()
+            for m, lm in models.items():
+                last[name][m] = simple_evaluate(model=lm, tasks=cfg.tasks, task_manager=manager, limit=cfg.limit,
+                                                log_samples=True)
+        return go
+
+    seconds = interleave({ONE: every(ONE, joint), SEPARATE: every(SEPARATE, alone)}, cfg.warmup, cfg.repeats)
+    agree = {}
+    for m in labels:
+        a, b = responses(last[ONE][m]), responses(last[SEPARATE][m])
+        agree[m] = {"requests": len(b), "max_abs_loglik_diff": max(abs(x[0] - y[0]) for x, y in zip(a, b)),
+                    "greedy_equal": all(x[1] == y[1] for x, y in zip(a, b)),
+                    "scores_equal": scores(last[ONE][m]) == scores(last[SEPARATE][m])}
+    median = {name: summarize(s["wall"])["median"] for name, s in seconds.items()}
+    cpu = {name: summarize(s["cpu"])["median"] for name, s in seconds.items()}
+    return {"methods": labels, "backbone_passes_per_round": one.passes // (cfg.warmup + cfg.repeats),
+            "seconds": {name: {clock: summarize(s) for clock, s in times.items()} for name, times in seconds.items()},
+            "speedup_wall": median[SEPARATE] / median[ONE], "speedup_cpu": cpu[SEPARATE] / cpu[ONE],
+            "agreement": agree}
+
+
+def one_pass_report(r: dict) -> str:
+    s = r["seconds"]
+    rows = [[m, v["requests"], f"{v['max_abs_loglik_diff']:.2g}", "yes" if v["greedy_equal"] else "**no**",
+             "yes" if v["scores_equal"] else "**no**"] for m, v in r["agreement"].items()]
+    return "\n".join([
+        f"## {', '.join(r['methods'])} from one backbone pass", "",
+        f"All {len(r['methods'])} methods scored through one pass: {s[ONE]['wall']['median']:.1f} s wall "
+        f"({s[ONE]['cpu']['median']:.1f} s CPU); one method at a time (each with shared contexts): "
+        f"{s[SEPARATE]['wall']['median']:.1f} s wall ({s[SEPARATE]['cpu']['median']:.1f} s CPU). "
+        f"One method at a time / one pass: **{r['speedup_wall']:.2f}x** wall, {r['speedup_cpu']:.2f}x CPU "
+        f"(medians of the same interleaved rounds).", "",
+        markdown_table(["method", "requests", "max |Δ log-lik| (one pass vs alone)", "greedy flags equal",
+                        "acc and PMI equal"], rows)])

@@ -1,0 +1,67 @@
+"""Several methods of one run from one backbone pass: each scores exactly as its own ``mlpmem`` model does.
+
+On a finished tiny run, a multiple-choice task with accuracy and domain-conditional PMI scored by the backbone,
+the memory, the memory with a gate and kNN-LM through :class:`OnePassLM` (one shared :class:`OnePass`) and through
+the ``mlpmem`` model type one method at a time: every request's log-likelihood and greedy flag agree, and the
+methods after the first run no backbone pass at all. Truncation as ``HFLM`` truncates; bad use is refused.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from helpers.fast import quiet_and_fast  # noqa: F401 (autouse: no fsync, one thread)
+from helpers.harness import MC_ITEMS as ITEMS
+from helpers.harness import mc_responses, write_mc_task
+from mlpmem.errors import ConfigError
+from mlpmem.evaluation.harness import MlpmemLM
+from mlpmem.evaluation.one_pass import OnePass, OnePassLM, fitted
+from mlpmem.inference.gate import Gate, GateConfig
+from mlpmem.inference.gate_io import save_gate
+from mlpmem.pipeline.hf_export import augmented_from_run
+
+# fixture ``run_dir`` (a finished tiny run): tests/evaluation/conftest.py
+
+
+@pytest.fixture(scope="module")
+def mc_tasks(tmp_path_factory):
+    return write_mc_task(tmp_path_factory.mktemp("mc-tasks"))
+
+
+def test_each_method_of_one_pass_scores_as_its_own_model(run_dir, mc_tasks, tmp_path):
+    gate_dir = tmp_path / "gate"
+    save_gate(Gate(GateConfig(hidden_size=4)), gate_dir, augmented_from_run(run_dir).mixer.memory)
+    methods = {"backbone": {"method": "backbone"}, "memory": {"lam": 0.4},
+               "memory-gate": {"gate": True, "gate_dir": str(gate_dir), "gate_offset": 0.5},
+               "knnlm": {"method": "knnlm"}}
+    one = OnePass({label: {"run": str(run_dir), **args} for label, args in methods.items()})
+    passes = []
+    for label, args in methods.items():
+        got = mc_responses(OnePassLM(one, label, batch_size=2), mc_tasks)
+        passes.append(one.passes)
+        expected = mc_responses(MlpmemLM(run=str(run_dir), batch_size=2, **args), mc_tasks)
+        assert len(got) == len(expected) == sum(2 * len(i["choices"]) for i in ITEMS)
+        for (loglik, greedy), (want, want_greedy) in zip(got, expected):
+            assert math.isclose(loglik, want, rel_tol=1e-5, abs_tol=1e-4) and greedy == want_greedy, label
+    assert passes[0] > 0 and passes == [passes[0]] * len(methods)  # the first method scored them all
+
+
+def test_a_long_context_is_cut_from_the_left_as_hflm_cuts_it():
+    assert fitted([1, 2, 3, 4, 5], [6, 7], max_length=4) == ((3, 4, 5), (6, 7))  # (3, 4, 5, 6) fills 4
+    assert fitted([1, 2], [3], max_length=4) == ((1, 2), (3,))
+    with pytest.raises(ConfigError, match="does not fit"):
+        fitted([1], [2, 3, 4], max_length=2)
+
+
+def test_methods_that_cannot_share_the_pass_are_one_line_errors(run_dir, tmp_path, mc_tasks):
+    with pytest.raises(ConfigError, match="one run= folder"):
+        OnePass({"a": f"run={run_dir},method=backbone", "b": f"run={tmp_path},method=backbone"})
+    with pytest.raises(ConfigError, match="cannot share the backbone pass"):
+        OnePass({"backbone": f"run={run_dir},method=backbone", "rag": f"run={run_dir},method=rag-bm25"})
+    one = OnePass({"backbone": f"run={run_dir},method=backbone"})
+    with pytest.raises(ConfigError, match="not among"):
+        OnePassLM(one, "memory")
+    with pytest.raises(ConfigError, match="loglikelihood requests only"):
+        OnePassLM(one, "backbone").loglikelihood_rolling([])
