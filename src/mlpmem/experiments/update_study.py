@@ -150,7 +150,7 @@ class Scorer:
             options = self.choices(q)
             spans.append(len(options))
             pairs += [(qa_prompt(q["question"]), " " + option) for option in options]
-        scores, correct, at = continuation_logprobs(mixed, self.tokenizer, pairs), [], 0
+        scores, correct, at = continuation_logprobs(mixed, self.tokenizer, pairs, share_context=True), [], 0
         for n in spans:
             correct.append(max(range(n), key=lambda i, s=scores[at : at + n]: s[i]) == 0)
             at += n

@@ -66,3 +66,19 @@ def test_batched_scores_equal_unbatched(tiny_llama, tiny_tokenizer):
     one = [continuation_logprobs(tiny_llama, tiny_tokenizer, [p])[0] for p in pairs]
     many = continuation_logprobs(tiny_llama, tiny_tokenizer, pairs, batch_size=3)
     assert many == pytest.approx(one, abs=1e-4)
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_shared_contexts_give_the_full_sequences_sums(tiny_run, mixed):
+    """A context shared by several choices runs once on a KV cache: the same sums as every pair in full, for the
+    backbone and the memory-augmented model (the update study's scorer)."""
+    from mlpmem.pipeline.hf_export import augmented_from_run
+
+    model = augmented_from_run(tiny_run, lam=0.5)
+    tokenizer = model.tokenizer
+    model = model if mixed else model.backbone
+    pairs = [("Question: Where was Ann born?\nAnswer:", option) for option in (" Paris", " Oslo", " New York")]
+    pairs += [(DOMAIN_PREMISE, " Paris"), (DOMAIN_PREMISE, " Lima"), ("The keeper", " walked")]
+    full = continuation_logprobs(model, tokenizer, pairs, batch_size=2)
+    shared = continuation_logprobs(model, tokenizer, pairs, batch_size=2, share_context=True)
+    assert shared == pytest.approx(full, rel=1e-5, abs=1e-4) and len(set(full)) == len(full)

@@ -14,29 +14,55 @@ whose forward returns ``logits`` (the backbone, a fine-tuned copy, or a memory-a
 
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from mlpmem.backbone import model_device
+from mlpmem.evaluation.shared_context import shared_context_loglikelihood, shared_groups
 from mlpmem.inference.prompts import qa_prompt
 
 DOMAIN_PREMISE = "Answer:"
 
 
-@torch.no_grad()
 def continuation_logprobs(model, tokenizer, pairs: list[tuple[str, str]], batch_size: int = 16,
-                          progress: bool = False) -> list[float]:
-    """Σ log p(continuation | context) for each (context, continuation) pair (right padding, one forward a batch)."""
+                          progress: bool = False, share_context: bool = False) -> list[float]:
+    """Σ log p(continuation | context) for each (context, continuation) pair.
+
+    ``share_context`` (for models that take and return a KV cache, ``cache=``: the backbone, a memory-augmented
+    or kNN-LM model): the pairs with one context run it once and their continuations on its cache
+    (:mod:`mlpmem.evaluation.shared_context`; the same sums to float rounding); otherwise every pair runs in
+    full (right padding, one forward a batch). Every context must hold at least one token.
+    """
+    encoded = [(None, _ids(tokenizer, context), _ids(tokenizer, continuation)) for context, continuation in pairs]
+    if not share_context:
+        return _full_sequences(model, encoded, batch_size, progress)
+    device = model_device(model)
+
+    def forward(ids, past, last_only):
+        out = model(input_ids=ids.to(device), cache=past, use_cache=True, logits_to_keep=1 if last_only else 0)
+        return out.logits, out.cache
+
+    groups, _ = shared_groups(encoded, max_length=sys.maxsize, min_members=1)
+    pad_id = tokenizer.pad_token_id if getattr(tokenizer, "pad_token_id", None) is not None else 0
+    scored = shared_context_loglikelihood(forward, encoded, groups, batch_size, pad_id, progress)
+    return [scored[i][0] for i in range(len(encoded))]
+
+
+def _ids(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+@torch.no_grad()
+def _full_sequences(model, encoded: list[tuple], batch_size: int, progress: bool) -> list[float]:
+    """Each ``(None, context ids, continuation ids)`` as one right-padded row; Σ log p of its continuation."""
     out = []
-    for start in tqdm(range(0, len(pairs), batch_size), desc="score choices", disable=not progress):
-        chunk = pairs[start : start + batch_size]
-        rows, spans = [], []
-        for context, continuation in chunk:
-            ctx = tokenizer(context, add_special_tokens=False)["input_ids"]
-            cont = tokenizer(continuation, add_special_tokens=False)["input_ids"]
-            rows.append(ctx + cont)
-            spans.append((len(ctx), len(ctx) + len(cont)))
+    for start in tqdm(range(0, len(encoded), batch_size), desc="score choices", disable=not progress):
+        chunk = encoded[start : start + batch_size]
+        rows = [ctx + cont for _, ctx, cont in chunk]
+        spans = [(len(ctx), len(ctx) + len(cont)) for _, ctx, cont in chunk]
         width = max(len(r) for r in rows)
         ids = torch.zeros(len(rows), width, dtype=torch.long)
         mask = torch.zeros(len(rows), width, dtype=torch.long)
