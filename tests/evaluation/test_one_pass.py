@@ -65,3 +65,33 @@ def test_methods_that_cannot_share_the_pass_are_one_line_errors(run_dir, tmp_pat
         OnePassLM(one, "memory")
     with pytest.raises(ConfigError, match="loglikelihood requests only"):
         OnePassLM(one, "backbone").loglikelihood_rolling([])
+
+
+def test_the_command_scores_several_methods_from_one_pass(run_dir, mc_tasks, tmp_path, capsys):
+    """``mlpmem lm-eval --methods``: one results file per method, each as the method's own model scores it."""
+    import json
+
+    from mlpmem.cli import main
+
+    out = tmp_path / "results"
+    assert main(["lm-eval", "--tasks", "tiny_mc", "--include-path", str(mc_tasks), "--local-only",
+                 "--model-args", f"run={run_dir},lam=0.3", "--methods", "backbone,memory", "--batch-size", "2",
+                 "--log-samples", "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "## backbone" in printed and "## memory" in printed
+    memory = json.loads((out / "memory.json").read_text())
+    assert memory["config"]["mlpmem"]["lam"] == 0.3 and memory["config"]["mlpmem"]["one_pass"] == ["backbone",
+                                                                                                    "memory"]
+    got = [tuple(r[0]) for s in sorted(memory["samples"]["tiny_mc"], key=lambda s: s["doc_id"]) for r in s["resps"]]
+    expected = mc_responses(MlpmemLM(run=str(run_dir), lam=0.3, batch_size=2), mc_tasks)
+    assert all(math.isclose(a[0], b[0], rel_tol=1e-5, abs_tol=1e-4) for a, b in zip(got, expected))
+    assert (out / "backbone.json").is_file()
+    capsys.readouterr()
+    for bad, message in ((["--methods", "memory,rag-bm25"], "--methods takes distinct methods"),
+                         (["--methods", "memory", "--model", "hf"], "--methods takes distinct methods"),
+                         (["--model-args", f"run={run_dir},method=memory"], "leave method= out")):
+        args = ["lm-eval", "--tasks", "tiny_mc", "--include-path", str(mc_tasks), "--local-only",
+                "--model-args", f"run={run_dir}", "--methods", "memory", *bad]
+        assert main(args) != 0
+        last = capsys.readouterr().err.strip().splitlines()[-1]
+        assert message in last and "Traceback" not in last, bad

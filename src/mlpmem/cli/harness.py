@@ -3,7 +3,9 @@ CPT, LoRA), on a Memory Mosaics folder or on a saved folder.
 
 A thin wrapper: it imports :mod:`mlpmem.evaluation.harness` (which registers the ``mlpmem`` model type with
 lm-eval and the ``mlpmem`` model type with transformers' Auto classes), then runs ``lm_eval.simple_evaluate``
-and prints lm-eval's table. Imported only when the command runs.
+and prints lm-eval's table. Imported only when the command runs. With ``--methods`` (backbone, memory, knnlm of one
+run) the methods are scored from one backbone pass (:mod:`mlpmem.evaluation.one_pass`), each printed and written
+to ``--output DIR/<method>.json``.
 """
 
 from __future__ import annotations
@@ -12,13 +14,38 @@ import argparse
 
 
 def lm_eval(args: argparse.Namespace) -> None:
-    """Evaluate ``--model`` with ``--model-args`` on ``--tasks``; print the table, write ``--output``."""
+    """Evaluate ``--model`` with ``--model-args`` on ``--tasks`` (or every one of ``--methods``); print the
+    table, write ``--output``."""
     from mlpmem.evaluation.harness import evaluate, results_table, write_results
 
     tasks = [t for t in args.tasks.split(",") if t]
-    results = evaluate(tasks, args.model, args.model_args or "", include_path=args.include_path,
-                       local_only=args.local_only, limit=args.limit, num_fewshot=args.num_fewshot,
-                       batch_size=args.batch_size, device=args.device, log_samples=args.log_samples)
-    print(results_table(results))
-    if args.output:
-        print(f"results: {write_results(results, args.output)}")
+    models = _one_pass(args) if args.methods else {None: args.model}
+    for method, model in models.items():
+        results = evaluate(tasks, model, args.model_args or "", include_path=args.include_path,
+                           local_only=args.local_only, limit=args.limit, num_fewshot=args.num_fewshot,
+                           batch_size=args.batch_size, device=args.device, log_samples=args.log_samples)
+        print(("" if method is None else f"## {method}\n") + results_table(results))
+        if args.output:
+            path = args.output if method is None else f"{args.output}/{method}.json"
+            print(f"results: {write_results(results, path)}")
+
+
+def _one_pass(args: argparse.Namespace) -> dict:
+    """``{method: OnePassLM}`` of ``--methods``, each with the ``--model-args`` it reads (run=, lam=...)."""
+    from lm_eval.utils import simple_parse_args_string
+
+    from mlpmem.errors import ConfigError
+    from mlpmem.evaluation.methods import OPTIONS
+    from mlpmem.evaluation.one_pass import ONE_PASS_METHODS, OnePass, OnePassLM
+
+    methods = [m for m in args.methods.split(",") if m]
+    if args.model != "mlpmem" or set(methods) - set(ONE_PASS_METHODS) or len(set(methods)) != len(methods):
+        raise ConfigError(f"--methods takes distinct methods among {', '.join(ONE_PASS_METHODS)} of the mlpmem "
+                          f"model type, got {args.methods!r}")
+    common = simple_parse_args_string(args.model_args or "")
+    if "method" in common:
+        raise ConfigError("with --methods, leave method= out of --model-args")
+    one = OnePass({m: {"method": m, **{k: v for k, v in common.items() if k == "run" or k in OPTIONS[m]}}
+                   for m in methods})
+    batch = int(args.batch_size) if str(args.batch_size).isdigit() else 8
+    return {m: OnePassLM(one, m, batch_size=batch) for m in methods}

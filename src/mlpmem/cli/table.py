@@ -163,6 +163,8 @@ PIPELINE = [
                 Arg("--tasks", required=True, help="comma-separated lm-eval task names"),
                 Arg("--model", default="mlpmem", help="lm-eval model type: mlpmem, or hf on a saved folder"),
                 Arg("--model-args", help="e.g. run=runs/quick,lam=auto,method=memory"),
+                Arg("--methods", help="backbone,memory,knnlm of the run in --model-args, scored from one backbone "
+                                      "pass (--output is then a folder of <method>.json)"),
                 Arg("--include-path", help="folder of local task YAML files"),
                 Arg("--local-only", action="store_true", help="index only the --include-path tasks (faster)"),
                 Arg("--limit", type=float, help="items per task (a fraction if below 1)"),
