@@ -242,6 +242,8 @@ EXPERIMENTS = [
                 Arg("--repeats", type=int, default_from=LM_EVAL_BENCH, help="timed rounds"),
                 Arg("--threads", type=int, help="torch threads (default: all cores)"),
                 Arg("--tasks-dir", default_from=LM_EVAL_BENCH, help="a prepared task folder (empty: write one)"),
+                Arg("--one-pass-only", action="store_true",
+                    help="only backbone/memory/knnlm from one backbone pass vs one at a time"),
                 Arg("--docs", dest="docs_dir", default_from=LM_EVAL_BENCH,
                     help="folder of lm-eval-contexts.md and .json"))),
     Command("scale", "bench", "mlpmem.experiments.bench.scale.run:main_from_args",

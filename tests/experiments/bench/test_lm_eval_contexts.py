@@ -35,7 +35,20 @@ def test_bench_lm_eval_times_both_paths_and_they_agree(tiny_run, tmp_path):
     assert "from one backbone pass" in (tmp_path / "docs" / "lm-eval-contexts.md").read_text()
 
 
-@pytest.mark.parametrize("bad", [{"methods": ["mosaics"]}, {"methods": ["nope"]}, {"limit": 0}])
+def test_bench_lm_eval_one_pass_only(tiny_run, tmp_path):
+    (tmp_path / "tasks").mkdir()
+    folder = write_mc_task(tmp_path / "tasks")
+    cfg = LmEvalBenchConfig(run=str(tiny_run), methods=["backbone", "knnlm"], tasks_dir=str(folder),
+                            tasks=["tiny_mc"], limit=3, threads=1, docs_dir=str(tmp_path / "docs"), per_method=False)
+    r = main(cfg)
+    assert r["methods"] == {} and r["one_pass"]["methods"] == ["backbone", "knnlm"]
+    assert all(m["scores_equal"] for m in r["one_pass"]["agreement"].values())
+    text = (tmp_path / "docs" / "lm-eval-contexts.md").read_text()
+    assert "HFLM / shared" not in text and "--one-pass-only" in text and "from one backbone pass" in text
+
+
+@pytest.mark.parametrize("bad", [{"methods": ["mosaics"]}, {"methods": ["nope"]}, {"limit": 0},
+                                 {"methods": ["memory", "rag-bm25"], "per_method": False}])
 def test_bench_lm_eval_bad_settings_are_one_line_errors(bad):
     with pytest.raises(ConfigError, match="bench lm-eval"):
         LmEvalBenchConfig(**bad)

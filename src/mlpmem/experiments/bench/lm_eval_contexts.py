@@ -48,6 +48,8 @@ class LmEvalBenchConfig(Config):
     threads: int | None = None
     one_pass: bool = True
     """Also time backbone, memory and kNN-LM (those of ``methods``) from one backbone pass vs one at a time."""
+    per_method: bool = True
+    """Time each method's shared contexts vs HFLM's path (False: only the one-pass comparison)."""
     out_dir: str = "runs/bench/lm-eval"
     docs_dir: str = "docs/results/speed"
     """Where ``lm-eval-contexts.md`` and ``lm-eval-contexts.json`` are written."""
@@ -57,6 +59,8 @@ class LmEvalBenchConfig(Config):
             raise ConfigError(f"bench lm-eval: methods must be among {list(CACHING)}, got {self.methods}")
         if self.limit < 1 or self.batch_size < 1 or self.repeats < 1 or self.warmup < 0:
             raise ConfigError("bench lm-eval needs limit, batch_size, repeats >= 1 and warmup >= 0")
+        if not self.per_method and not (self.one_pass and len(one_pass_labels(self.methods)) > 1):
+            raise ConfigError("bench lm-eval with --one-pass-only needs two or more of backbone, memory, knnlm")
 
 
 def tasks_folder(cfg: LmEvalBenchConfig) -> Path:
@@ -119,16 +123,22 @@ def main(cfg: LmEvalBenchConfig) -> dict:
     used = threads(cfg.threads)
     folder = tasks_folder(cfg)
     command = (f"mlpmem bench lm-eval {cfg.run} --methods {','.join(cfg.methods)} --limit {cfg.limit} "
-               f"--repeats {cfg.repeats} --threads {used}" + (f" --tasks-dir {cfg.tasks_dir}" if cfg.tasks_dir else ""))
+               f"--repeats {cfg.repeats} --threads {used}" + (f" --tasks-dir {cfg.tasks_dir}" if cfg.tasks_dir else "")
+               + ("" if cfg.per_method else " --one-pass-only"))
     results = {"command": command,
                "run": cfg.run, "tasks": cfg.tasks, "limit": cfg.limit, "batch_size": cfg.batch_size,
                "repeats": cfg.repeats, "warmup": cfg.warmup, "threads": used,
-               "methods": {m: measure(cfg, m, folder) for m in cfg.methods}}
+               "methods": {m: measure(cfg, m, folder) for m in cfg.methods} if cfg.per_method else {}}
     if cfg.one_pass and len(one_pass_labels(cfg.methods)) > 1:
         results["one_pass"] = measure_one_pass(cfg, task_manager(folder, local_only=True), _responses, _scores)
     out = Path(cfg.docs_dir)
     write_text(out / "lm-eval-contexts.json", json.dumps(results, indent=1))
-    text = report(results) + ("\n\n" + one_pass_report(results["one_pass"]) if "one_pass" in results else "")
+    parts = [report(results)] if cfg.per_method else [
+        f"# lm-eval multiple choice, {used} threads\n\nRun `{cfg.run}`; tasks {', '.join(cfg.tasks)} ({cfg.limit} "
+        f"items per task, every choice and PMI's unconditional request); batch size {cfg.batch_size}; median of "
+        f"{cfg.repeats} interleaved rounds after {cfg.warmup} warm-up, model loading not timed.\n\n"
+        f"Command: `{command}`."]
+    text = "\n\n".join(parts + ([one_pass_report(results["one_pass"])] if "one_pass" in results else []))
     write_text(out / "lm-eval-contexts.md", text)
     print(text)
     return results
