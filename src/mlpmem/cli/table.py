@@ -235,7 +235,7 @@ EXPERIMENTS = [
                 Arg("--tokens", type=int, default_from=PACKING, help="synthetic-facts tokens encoded per variant"),
                 Arg("--docs", dest="docs_dir", default_from=PACKING, help="folder of packing.md and packing.json"))),
     Command("lm-eval", "bench", f"{BENCH}:bench_lm_eval",
-            "lm-eval multiple choice: shared contexts vs HFLM's path, one backbone pass vs one method at a time", (
+            "lm-eval scoring: shared contexts and one backbone pass, same answers", (
                 Arg("run", nargs="?", default_from=LM_EVAL_BENCH, help="a finished run"),
                 Arg("--methods", type=_names, default_from=LM_EVAL_BENCH, help="comma-separated methods"),
                 Arg("--limit", type=int, default_from=LM_EVAL_BENCH, help="items per task"),

@@ -199,6 +199,7 @@ def _check_battery(tmp: Path, results: dict) -> None:
     seconds = results["battery"]["wall_seconds"]
     assert set(seconds) == set(files) and all(s > 0 for s in seconds.values())
     assert "Scoring time (the battery stage's wall time per method" in report
+    assert "backbone, MLP Memory, MLP Memory + gate were scored from one backbone pass" in report
     cost = report.split("## What it cost")[1]
     assert "| the lm-eval battery, every method |" in cost and "not recorded" not in cost
     assert "Items whose log-likelihood choice (acc) differs from the backbone's" in report

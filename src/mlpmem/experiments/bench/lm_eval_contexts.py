@@ -111,7 +111,7 @@ def report(r: dict) -> str:
              f"{v['max_abs_loglik_diff']:.2g}", "yes" if v["greedy_equal"] else "**no**",
              "yes" if v["scores_equal"] else "**no**"] for m, v in r["methods"].items()]
     table = markdown_table(["method", "requests", "shared s", "HFLM s", "HFLM / shared (wall)", "(CPU)",
-                            "max |Δ log-lik|", "greedy flags equal", "acc and PMI equal"], rows)
+                            "max abs Δ log-lik", "greedy flags equal", "acc and PMI equal"], rows)
     return "\n".join([
         f"# lm-eval multiple choice: shared contexts vs HFLM's path, {r['threads']} threads", "",
         f"Run `{r['run']}`; tasks {', '.join(r['tasks'])} ({r['limit']} items per task, every choice and PMI's "

@@ -69,5 +69,5 @@ def one_pass_report(r: dict) -> str:
         f"{s[SEPARATE]['wall']['median']:.1f} s wall ({s[SEPARATE]['cpu']['median']:.1f} s CPU). "
         f"One method at a time / one pass: **{r['speedup_wall']:.2f}x** wall, {r['speedup_cpu']:.2f}x CPU "
         f"(medians of the same interleaved rounds).", "",
-        markdown_table(["method", "requests", "max |Δ log-lik| (one pass vs alone)", "greedy flags equal",
+        markdown_table(["method", "requests", "max abs Δ log-lik (one pass vs alone)", "greedy flags equal",
                         "acc and PMI equal"], rows)])

@@ -182,5 +182,7 @@ def collect_battery(cfg, folder: Path | None = None) -> dict | None:
     files = {m: str(out / f"{m}.json") for m in cfg.battery.methods if (out / f"{m}.json").is_file()}
     if "backbone" not in files:
         return None
-    seconds = {m: read_json(Path(f), f"battery {m}").get(WALL_SECONDS) for m, f in files.items()}
-    return {"tasks_dir": str(folder or out / "tasks"), "methods": files, "wall_seconds": seconds}
+    records = {m: read_json(Path(f), f"battery {m}") for m, f in files.items()}
+    return {"tasks_dir": str(folder or out / "tasks"), "methods": files,
+            "wall_seconds": {m: r.get(WALL_SECONDS) for m, r in records.items()},
+            "one_pass": [m for m, r in records.items() if r.get(ONE_PASS)]}

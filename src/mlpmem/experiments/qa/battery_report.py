@@ -34,7 +34,7 @@ def battery_rows(results: dict, cfg: BootstrapConfig) -> tuple[dict[str, list[Ro
 
 def battery_section(rows: dict[str, list[Row]], labels: dict[str, str], docs: Path,
                     seconds: dict[str, float | None] | None = None,
-                    shifts: dict[str, dict[str, Shift]] | None = None) -> str:
+                    shifts: dict[str, dict[str, Shift]] | None = None, one_pass: list[str] | None = None) -> str:
     """The table (scores ± standard error, Δ vs backbone with its 95 % interval, verdict), the Δ plot, where the
     log-likelihood choices moved and, where the files recorded it, each method's scoring time."""
     if not rows:
@@ -47,7 +47,7 @@ def battery_section(rows: dict[str, list[Row]], labels: dict[str, str], docs: Pa
         "`acc_mutual_info` (domain-conditional PMI, docs/lm-eval.md). Every difference is paired over the items "
         "both scored; `average` weighs every task the same.", "",
         table(named, "backbone"), "", f"![battery Δ vs backbone]({figure.name})", "",
-        shift_section(shifts or {}, labels), "", scoring_times(seconds or {}, labels)])
+        shift_section(shifts or {}, labels), "", scoring_times(seconds or {}, labels, one_pass or [])])
 
 
 def shift_section(shifts: dict[str, dict[str, Shift]], labels: dict[str, str]) -> str:
@@ -61,13 +61,16 @@ def shift_section(shifts: dict[str, dict[str, Shift]], labels: dict[str, str]) -
         shift_table({labels.get(m, m): s for m, s in shifts.items()}, "backbone")])
 
 
-def scoring_times(seconds: dict[str, float | None], labels: dict[str, str]) -> str:
-    """One line: lm-eval's wall time per method (— for files scored before it was recorded)."""
+def scoring_times(seconds: dict[str, float | None], labels: dict[str, str], one_pass: list[str] = ()) -> str:
+    """One line: lm-eval's wall time per method (— for files scored before it was recorded); the methods scored
+    from one backbone pass named, the first of which carries the time of all."""
     if not seconds:
         return ""
     parts = [f"{labels.get(m, m)} {'—' if s is None else f'{s / 60:.0f} min'}" for m, s in seconds.items()]
+    shared = ("" if len(one_pass) < 2 else f" {', '.join(labels.get(m, m) for m in one_pass)} were scored from one "
+              "backbone pass (`battery.one_pass`): the first of them carries the time of all")
     return ("Scoring time (the battery stage's wall time per method, on the machine that ran it; — : scored before "
-            f"it was recorded): {', '.join(parts)}.")
+            f"it was recorded): {', '.join(parts)}.{shared}" + ("." if shared else ""))
 
 
 def task_rows(rows: list[Row]) -> list[Row]:

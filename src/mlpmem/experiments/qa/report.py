@@ -296,7 +296,7 @@ def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
         perplexity_table(results, docs), "",
         "## General capability (no regression)", "", no_regression_table(results, cfg, docs), "",
         "## General capability through lm-eval (the battery)", "",
-        battery_section(battery, LABELS, docs, seconds, shifts), "",
+        battery_section(battery, LABELS, docs, seconds, shifts, (results.get("battery") or {}).get("one_pass")), "",
         "## The paper's claims at our scale", "", claims_table(found, results), "",
         "## Ablations", "", ablation_section(results, docs), "",
         "## What it cost", "", cost_section(results, seconds), "",
