@@ -36,7 +36,7 @@ def _one_pass(args: argparse.Namespace) -> dict:
 
     from mlpmem.errors import ConfigError
     from mlpmem.evaluation.methods import OPTIONS
-    from mlpmem.evaluation.one_pass import ONE_PASS_METHODS, OnePass, OnePassLM
+    from mlpmem.evaluation.one_pass import ONE_PASS_METHODS, OnePass
 
     methods = [m for m in args.methods.split(",") if m]
     if args.model != "mlpmem" or set(methods) - set(ONE_PASS_METHODS) or len(set(methods)) != len(methods):
@@ -47,5 +47,4 @@ def _one_pass(args: argparse.Namespace) -> dict:
         raise ConfigError("with --methods, leave method= out of --model-args")
     one = OnePass({m: {"method": m, **{k: v for k, v in common.items() if k == "run" or k in OPTIONS[m]}}
                    for m in methods})
-    batch = int(args.batch_size) if str(args.batch_size).isdigit() else 8
-    return {m: OnePassLM(one, m, batch_size=batch) for m in methods}
+    return one.models(int(args.batch_size) if str(args.batch_size).isdigit() else 8)

@@ -46,7 +46,7 @@ from lm_eval.utils import handle_non_serializable, make_table
 
 from mlpmem.errors import ConfigError
 from mlpmem.evaluation.methods import METHODS, MethodArgs, build_model
-from mlpmem.evaluation.shared_context import shared_context_loglikelihood, shared_groups
+from mlpmem.evaluation.shared_context import forward_on_cache, shared_context_loglikelihood, shared_groups
 from mlpmem.pipeline.hf_export import AUTO
 from mlpmem.utils.shards import atomic_write_bytes
 
@@ -118,8 +118,7 @@ class MlpmemLM(HFLM):
     def _cached_forward(self, ids, past, last_only: bool):
         """The model on ``ids`` after ``past`` (its KV cache), in the method's mixing context."""
         with self._mixing():
-            out = self.model(input_ids=ids.to(self.device), cache=past, use_cache=True,
-                             logits_to_keep=1 if last_only else 0)
+            out = forward_on_cache(self.model, ids, past, last_only)
         return out.logits, out.cache
 
     def _model_call(self, inps, attn_mask=None, labels=None):

@@ -19,6 +19,7 @@ those with the ``mlpmem`` model type.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 
 import torch
@@ -29,7 +30,7 @@ from lm_eval.utils import simple_parse_args_string
 from mlpmem.backbone import KeyHook
 from mlpmem.errors import ConfigError
 from mlpmem.evaluation.methods import MethodArgs, build_model
-from mlpmem.evaluation.shared_context import shared_context_loglikelihood, shared_groups
+from mlpmem.evaluation.shared_context import forward_on_cache, shared_context_loglikelihood, shared_groups
 from mlpmem.inference.augmented_lm import _keep_positions
 from mlpmem.pipeline.hf_export import open_run
 
@@ -90,16 +91,10 @@ class OnePass:
 
     def forward(self, ids: torch.Tensor, past, last_only: bool) -> tuple[torch.Tensor, object]:
         """Every method's log-probs (M, B, T, V) of one backbone forward on ``ids`` after ``past``."""
-        device = next(self.backbone.parameters()).device
-        keep = 1 if last_only else 0
-        with torch.no_grad():
-            if self.key_site is None:
-                out, keys = self.backbone(input_ids=ids.to(device), cache=past, use_cache=True,
-                                          logits_to_keep=keep), None
-            else:
-                with KeyHook(self.backbone, *self.key_site) as hook:
-                    out = self.backbone(input_ids=ids.to(device), cache=past, use_cache=True, logits_to_keep=keep)
-                keys = _keep_positions(hook.keys, out.logits, keep)
+        hook = None if self.key_site is None else KeyHook(self.backbone, *self.key_site)
+        with torch.no_grad(), hook or contextlib.nullcontext():
+            out = forward_on_cache(self.backbone, ids, past, last_only)
+        keys = None if hook is None else _keep_positions(hook.keys, out.logits, 1 if last_only else 0)
         self.passes += 1
         return torch.stack([self.mix[label](out.logits, keys).float() for label in self.labels]), out.cache
 
@@ -119,6 +114,10 @@ class OnePass:
         scored = shared_context_loglikelihood(self.forward, todo, groups, batch_size, pad_id, progress=progress)
         for i, per_method in scored.items():
             self.scores[(todo[i][1], todo[i][2])] = per_method
+
+    def models(self, batch_size: int = 8) -> dict[str, OnePassLM]:
+        """An lm-eval model per method, all answering from this pass."""
+        return {label: OnePassLM(self, label, batch_size=batch_size) for label in self.labels}
 
     def answer(self, label: str, request: tuple, max_length: int) -> tuple[float, bool]:
         _, context, continuation = request

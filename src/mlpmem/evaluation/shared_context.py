@@ -24,11 +24,20 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from mlpmem.backbone import model_device
+
 Forward = Callable[..., tuple[torch.Tensor, object]]
 """``forward(input_ids, past, last_only) -> (logits (B, T, V) or (M, B, T, V), cache)``: the model in its mixing
 context, or M methods' log-probs from one pass."""
 Score = tuple[float, bool] | list[tuple[float, bool]]
 """A request's (Σ log p, greedy), or one per method when the forward returns several."""
+
+
+def forward_on_cache(model, ids: torch.Tensor, past, last_only: bool):
+    """``model``'s output on ``ids`` after ``past`` (its KV cache, None to start), the cache kept and only the last
+    position's logits computed with ``last_only``: the call every :data:`Forward` makes."""
+    keep = 1 if last_only else 0
+    return model(input_ids=ids.to(model_device(model)), cache=past, use_cache=True, logits_to_keep=keep)
 
 
 @dataclass(frozen=True)
@@ -39,14 +48,15 @@ class Group:
     members: tuple[int, ...]
 
 
-def shared_groups(requests: Sequence[tuple], max_length: int, min_members: int = 2) -> tuple[list[Group], list[int]]:
+def shared_groups(requests: Sequence[tuple], max_length: int | None,
+                  min_members: int = 2) -> tuple[list[Group], list[int]]:
     """``requests`` (lm-eval's ``(request_str, context_enc, continuation_enc)``) split into groups of at least
     ``min_members`` sharing a context, and the indices left to the plain path (alone with their context, or too
-    long to fit)."""
+    long to fit ``max_length``; None: no limit)."""
     by_context: dict[tuple[int, ...], list[int]] = {}
     rest = []
     for i, (_, context, continuation) in enumerate(requests):
-        if len(context) + len(continuation) > max_length + 1:
+        if max_length is not None and len(context) + len(continuation) > max_length + 1:
             rest.append(i)  # truncated from the left by HFLM: not a shared prefix any more
         else:
             by_context.setdefault(tuple(context), []).append(i)

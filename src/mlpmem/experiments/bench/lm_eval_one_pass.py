@@ -14,7 +14,7 @@ from __future__ import annotations
 from lm_eval import simple_evaluate
 
 from mlpmem.evaluation.harness import MlpmemLM
-from mlpmem.evaluation.one_pass import ONE_PASS_METHODS, OnePass, OnePassLM
+from mlpmem.evaluation.one_pass import ONE_PASS_METHODS, OnePass
 from mlpmem.experiments.bench.common import interleave, summarize
 from mlpmem.reporting.tables import markdown_table
 
@@ -31,7 +31,7 @@ def measure_one_pass(cfg, manager, responses, scores) -> dict:
     labels = one_pass_labels(cfg.methods)
     args = {m: {} if m == "memory" else {"method": m} for m in labels}
     one = OnePass({m: {"run": cfg.run, **args[m]} for m in labels})
-    joint = {m: OnePassLM(one, m, batch_size=cfg.batch_size) for m in labels}
+    joint = one.models(cfg.batch_size)
     alone = {m: MlpmemLM(run=cfg.run, batch_size=cfg.batch_size, **args[m]) for m in labels}
     last: dict[str, dict] = {ONE: {}, SEPARATE: {}}
 

@@ -167,10 +167,9 @@ def _one_pass_models(cfg, todo: dict) -> dict:
     labels = [m for m in todo if m in ONE_PASS_LABELS]
     if not cfg.battery.one_pass or len(labels) < 2:
         return {}
-    from mlpmem.evaluation.one_pass import OnePass, OnePassLM  # here: it loads lm-eval
+    from mlpmem.evaluation.one_pass import OnePass  # here: it loads lm-eval
 
-    one = OnePass({m: todo[m]["model_args"] for m in labels})
-    return {m: OnePassLM(one, m, batch_size=cfg.battery.batch_size) for m in labels}
+    return OnePass({m: todo[m]["model_args"] for m in labels}).models(cfg.battery.batch_size)
 
 
 def collect_battery(cfg, folder: Path | None = None) -> dict | None:

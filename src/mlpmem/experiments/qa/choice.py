@@ -14,14 +14,12 @@ whose forward returns ``logits`` (the backbone, a fine-tuned copy, or a memory-a
 
 from __future__ import annotations
 
-import sys
-
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from mlpmem.backbone import model_device
-from mlpmem.evaluation.shared_context import shared_context_loglikelihood, shared_groups
+from mlpmem.evaluation.shared_context import forward_on_cache, shared_context_loglikelihood, shared_groups
 from mlpmem.inference.prompts import qa_prompt
 
 DOMAIN_PREMISE = "Answer:"
@@ -39,13 +37,12 @@ def continuation_logprobs(model, tokenizer, pairs: list[tuple[str, str]], batch_
     encoded = [(None, _ids(tokenizer, context), _ids(tokenizer, continuation)) for context, continuation in pairs]
     if not share_context:
         return _full_sequences(model, encoded, batch_size, progress)
-    device = model_device(model)
 
     def forward(ids, past, last_only):
-        out = model(input_ids=ids.to(device), cache=past, use_cache=True, logits_to_keep=1 if last_only else 0)
+        out = forward_on_cache(model, ids, past, last_only)
         return out.logits, out.cache
 
-    groups, _ = shared_groups(encoded, max_length=sys.maxsize, min_members=1)
+    groups, _ = shared_groups(encoded, max_length=None, min_members=1)
     pad_id = tokenizer.pad_token_id if getattr(tokenizer, "pad_token_id", None) is not None else 0
     scored = shared_context_loglikelihood(forward, encoded, groups, batch_size, pad_id, progress)
     return [scored[i][0] for i in range(len(encoded))]
