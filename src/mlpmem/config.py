@@ -38,12 +38,15 @@ def check_value(value: Any, hint, where: str) -> Any:
     if hint is Any:
         return value
     if origin in (typing.Union, types.UnionType):
-        errors = []
+        sections = []
         for option in sorted(args, key=lambda a: a is float):  # an int stays an int when int is an option
             try:
                 return check_value(value, option, where)
             except ConfigError as exc:
-                errors.append(exc)
+                if isinstance(value, dict) and dataclasses.is_dataclass(option):
+                    sections.append(exc)
+        if len(sections) == 1:  # a mapping meant for the one section option: its own error names the cause
+            raise sections[0]
         raise ConfigError(f"{where} must be {' or '.join(_type_name(a) for a in args)}, got {value!r}")
     if origin is Literal:
         if value in args and not (isinstance(value, bool) and not any(isinstance(a, bool) for a in args)):

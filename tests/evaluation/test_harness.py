@@ -115,6 +115,25 @@ def test_the_other_methods_score_their_own_distribution(run_dir, tasks, method):
         assert math.isclose(loglik, expected, rel_tol=1e-5, abs_tol=1e-4)
 
 
+@pytest.mark.parametrize("share_context", [True, False])
+def test_bf16_runs_every_model_call_under_autocast_and_scores_in_fp32(run_dir, tasks, share_context):
+    """``precision=bf16``: the backbone's matmuls run in bf16 on either scoring path, the scores are fp32 sums
+    close to fp32's (bf16 rounds each logit; the tiny model's log-likelihoods are a few nats)."""
+    lm = MlpmemLM(run=str(run_dir), lam=0.4, precision="bf16", batch_size=2, share_context=share_context)
+    seen = set()
+    linear = next(m for m in lm.model.modules() if isinstance(m, torch.nn.Linear))
+    handle = linear.register_forward_hook(lambda module, inputs, output: seen.add(output.dtype))
+    try:
+        got = scores(lm, tasks)["tiny_ll"]
+    finally:
+        handle.remove()
+    assert seen == {torch.bfloat16}
+    exact = scores(MlpmemLM(run=str(run_dir), lam=0.4, batch_size=2, share_context=share_context), tasks)["tiny_ll"]
+    assert got != exact  # bf16 was used ...
+    for (loglik, _), (want, _) in zip(got, exact):  # ... and rounds, no more
+        assert isinstance(loglik, float) and math.isclose(loglik, want, rel_tol=0.05, abs_tol=0.1)
+
+
 def test_generate_until_is_the_wrappers_greedy_text_cut_at_the_stop(run_dir, tasks, tmp_path):
     lm = MlpmemLM(run=str(run_dir), batch_size=3)
     text = greedy_text(lm.model, lm.tokenizer, DOCS[0]["context"])
@@ -148,6 +167,7 @@ def test_the_command_and_lm_evals_hf_type_on_a_saved_folder_agree(run_dir, tasks
     (dict(run="r", method="backbone", lam=0.2), "not backbone"),
     (dict(run="r", method="knnlm", gate=True), "gate= applies to method=memory, not knnlm"),
     (dict(run="r", gate_offset=2.0), "gate_offset= needs gate=true"),
+    (dict(run="r", precision="fp16"), "precision must be one of"),
     (dict(run="r", gate_dir="g"), "gate_dir= needs gate=true"),
     (dict(run="r", method="knnlm", gate_offset=1.0), "gate_offset= applies to method=memory, not knnlm"),
     (dict(run="r", method="cpt"), "method=cpt needs weights="),

@@ -48,6 +48,19 @@ def test_each_method_of_one_pass_scores_as_its_own_model(run_dir, mc_tasks, tmp_
     assert passes[0] > 0 and passes == [passes[0]] * len(methods)  # the first method scored them all
 
 
+def test_one_pass_at_bf16_scores_as_each_methods_own_bf16_model(run_dir, mc_tasks):
+    methods = {"backbone": {"method": "backbone"}, "memory": {"lam": 0.4}}
+    one = OnePass({label: {"run": str(run_dir), "precision": "bf16", **args} for label, args in methods.items()})
+    assert one.precision == "bf16"
+    for label, args in methods.items():
+        got = mc_responses(OnePassLM(one, label, batch_size=2), mc_tasks)
+        expected = mc_responses(MlpmemLM(run=str(run_dir), batch_size=2, precision="bf16", **args), mc_tasks)
+        exact = mc_responses(MlpmemLM(run=str(run_dir), batch_size=2, **args), mc_tasks)
+        assert [g[0] for g in got] != [e[0] for e in exact], label  # at bf16, not fp32
+        for (loglik, _), (want, _) in zip(got, expected):  # bf16 rounds differently in other batches only
+            assert math.isclose(loglik, want, rel_tol=0.02, abs_tol=0.05), label
+
+
 def test_a_long_context_is_cut_from_the_left_as_hflm_cuts_it():
     assert fitted([1, 2, 3, 4, 5], [6, 7], max_length=4) == ((3, 4, 5), (6, 7))  # (3, 4, 5, 6) fills 4
     assert fitted([1, 2], [3], max_length=4) == ((1, 2), (3,))
@@ -60,6 +73,8 @@ def test_methods_that_cannot_share_the_pass_are_one_line_errors(run_dir, tmp_pat
         OnePass({"a": f"run={run_dir},method=backbone", "b": f"run={tmp_path},method=backbone"})
     with pytest.raises(ConfigError, match="cannot share the backbone pass"):
         OnePass({"backbone": f"run={run_dir},method=backbone", "rag": f"run={run_dir},method=rag-bm25"})
+    with pytest.raises(ConfigError, match="one precision"):
+        OnePass({"a": f"run={run_dir},method=backbone", "b": f"run={run_dir},method=memory,precision=bf16"})
     one = OnePass({"backbone": f"run={run_dir},method=backbone"})
     with pytest.raises(ConfigError, match="not among"):
         OnePassLM(one, "memory")

@@ -23,7 +23,9 @@ model_args: ``run=<run folder>`` (or ``pretrained=<folder>``), ``method=``, ``la
 run's validation choice), ``share_context=false`` (every loglikelihood request runs its context anew, as
 ``HFLM`` does; default: requests sharing a context run it once, :mod:`mlpmem.evaluation.shared_context`),
 ``gate=true`` (the run's learned gate; ``gate_offset=`` shifts its logit, ``gate_dir=``
-takes another gate saved with the run's memory), ``docs=``, ``top_k=``, ``passage_words=``, ``max_prompt_tokens=``
+takes another gate saved with the run's memory), ``precision=fp32|bf16|auto`` (bf16: every model call under
+autocast, faster where the hardware has native bf16, every log-likelihood at bf16's rounding; ``mlpmem bench
+lm-eval --compare-precision bf16`` measures both), ``docs=``, ``top_k=``, ``passage_words=``, ``max_prompt_tokens=``
 (RAG), ``weights=`` (CPT, LoRA), plus any ``HFLM`` argument (``batch_size``, ``max_length``, ``device``...). lm-eval
 only knows the type once this module is imported:
 ``mlpmem lm-eval`` and ``python -m mlpmem.evaluation`` import it first.
@@ -44,6 +46,7 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.tasks import TaskManager
 from lm_eval.utils import handle_non_serializable, make_table
 
+from mlpmem.backbone import model_device, resolve_precision
 from mlpmem.errors import ConfigError
 from mlpmem.evaluation.methods import METHODS, MethodArgs, build_model
 from mlpmem.evaluation.shared_context import forward_on_cache, shared_context_loglikelihood, shared_groups
@@ -62,16 +65,18 @@ class MlpmemLM(HFLM):
                  lam: float | str = AUTO, gate: bool = False, gate_offset: float = 0.0, gate_dir: str | None = None,
                  docs: str | None = None,
                  weights: str | None = None, top_k: int | None = None, passage_words: int | None = None,
-                 max_prompt_tokens: int | None = None, device: str | None = None, share_context: bool = True,
-                 **kwargs):
+                 max_prompt_tokens: int | None = None, precision: str = "fp32", device: str | None = None,
+                 share_context: bool = True, **kwargs):
         args = MethodArgs(run=run, pretrained=pretrained, method=method, lam=lam, gate=gate, gate_offset=gate_offset,
                           gate_dir=gate_dir, docs=docs, weights=weights, top_k=top_k, passage_words=passage_words,
-                          max_prompt_tokens=max_prompt_tokens)
+                          max_prompt_tokens=max_prompt_tokens, precision=precision)
         if not isinstance(share_context, bool):
             raise ConfigError(f"share_context must be true or false, got {share_context!r}")
         loaded = build_model(args)
         if device:
             loaded.model.to(device)
+        if resolve_precision(precision, model_device(loaded.model)) == "bf16":  # HFLM's own calls autocast by it
+            kwargs.setdefault("mixed_precision_dtype", torch.bfloat16)
         kwargs.setdefault("backend", "causal")
         super().__init__(pretrained=loaded.model, tokenizer=loaded.tokenizer, **kwargs)
         self._mixing, self._rag = loaded.mixing, loaded.rag
@@ -122,8 +127,10 @@ class MlpmemLM(HFLM):
         return out.logits, out.cache
 
     def _model_call(self, inps, attn_mask=None, labels=None):
+        """``HFLM``'s call in the method's mixing context; the logits in fp32 (bf16 under autocast), since ``HFLM``
+        takes their log-softmax outside that context."""
         with self._mixing():
-            return super()._model_call(inps, attn_mask, labels)
+            return super()._model_call(inps, attn_mask, labels).float()
 
     def _model_generate(self, context, max_length, stop, **generation_kwargs):
         with self._mixing():

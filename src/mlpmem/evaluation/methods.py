@@ -12,13 +12,19 @@
   - ``mosaics``: a trained Memory Mosaics folder (``pretrained=``, ``<out_dir>/mosaics/model`` of
     ``mlpmem mosaics train``) through the Auto classes, with the tokenizer saved in it.
 
+Every method reads ``precision=``: ``fp32`` (default), ``bf16`` (every model call under bf16 autocast, the weights
+staying fp32; the returned logits fp32) or ``auto`` (bf16 where the hardware computes it natively,
+:func:`~mlpmem.backbone.resolve_precision`).
+
 Every misuse is a one-line :class:`~mlpmem.errors.ConfigError`, before anything loads: an unknown method, a
-missing source (``run=`` / ``pretrained=``) or ``weights=``, and an option the method does not read.
+missing source (``run=`` / ``pretrained=``) or ``weights=``, a precision other than those three, and an option
+the method does not read.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,7 +32,7 @@ from pathlib import Path
 
 from torch import nn
 
-from mlpmem.backbone import load_backbone
+from mlpmem.backbone import autocast, check_precision, load_backbone
 from mlpmem.baselines.finetuned import load_finetuned
 from mlpmem.baselines.methods import MethodOptions, build_method
 from mlpmem.baselines.rag import RAG, RAGConfig
@@ -81,6 +87,8 @@ class MethodArgs:
     passage_words: int | None = None
     max_prompt_tokens: int | None = None
     """RAG settings (None: :class:`~mlpmem.baselines.rag.RAGConfig`'s defaults)."""
+    precision: str = "fp32"
+    """Compute precision of every model call, any method: ``fp32``, ``bf16`` (autocast) or ``auto``."""
     rag: RAGConfig | None = field(default=None, init=False)
     """The RAG settings checked, for a RAG method."""
 
@@ -91,6 +99,7 @@ class MethodArgs:
         self._check_source()
         if not isinstance(self.gate, bool):
             raise ConfigError(f"gate must be true or false, got {self.gate!r}")
+        check_precision(self.precision)
         defaults = MethodArgs.__dataclass_fields__
         for key in ("lam", "gate", "gate_offset", "gate_dir", "docs", "weights", *RAG_OPTIONS):
             if getattr(self, key) != defaults[key].default and key not in OPTIONS[method]:
@@ -121,7 +130,7 @@ class MethodArgs:
     def source(self) -> dict:
         """What was evaluated, for lm-eval's results."""
         out = {"run": None if self.run is None else str(Path(self.run)), "pretrained": self.pretrained,
-               "method": self.method}
+               "method": self.method, "precision": self.precision}
         return out | {k: getattr(self, k) for k in OPTIONS[self.method] if k not in RAG_OPTIONS} | (
             {} if self.rag is None else {"rag": self.rag.to_dict()})
 
@@ -133,7 +142,7 @@ class Loaded:
     model: nn.Module
     tokenizer: object
     mixing: Mixing = contextlib.nullcontext
-    """The context every model call runs in (kNN-LM's hooks)."""
+    """The context every model call runs in (kNN-LM's hooks; autocast at a precision other than fp32)."""
     lam: float | None = None
     """The λ used (None where nothing is mixed)."""
     rag: RAG | None = None
@@ -186,9 +195,23 @@ def load_mosaics(folder: str | Path) -> tuple[nn.Module, object]:
     return load_backbone(str(folder))
 
 
+@contextlib.contextmanager
+def _at_precision(model: nn.Module, precision: str, mixing: Mixing):
+    """``mixing()`` entered under ``model``'s autocast at ``precision`` (resolved on its device at each call)."""
+    with autocast(model, precision), mixing():
+        yield
+
+
 def build_model(args: MethodArgs, run=None) -> Loaded:
-    """The model, tokenizer, mixing context, λ and retrieval of ``args.method``; ``run``: the run of ``args.run``
-    already opened (its backbone is shared by every model built from it)."""
+    """The model, tokenizer, mixing context (at ``args.precision``), λ and retrieval of ``args.method``; ``run``:
+    the run of ``args.run`` already opened (its backbone is shared by every model built from it)."""
+    loaded = _build(args, run)
+    if args.precision != "fp32":
+        loaded.mixing = functools.partial(_at_precision, loaded.model, args.precision, loaded.mixing)
+    return loaded
+
+
+def _build(args: MethodArgs, run=None) -> Loaded:
     if args.method == "mosaics":
         return Loaded(*load_mosaics(args.pretrained), caches=False)  # its memories attend to every position anew
     if args.pretrained is not None:

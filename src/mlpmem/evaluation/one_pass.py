@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from lm_eval.models.huggingface import HFLM
 from lm_eval.utils import simple_parse_args_string
 
-from mlpmem.backbone import KeyHook
+from mlpmem.backbone import KeyHook, autocast
 from mlpmem.errors import ConfigError
 from mlpmem.evaluation.methods import MethodArgs, build_model
 from mlpmem.evaluation.shared_context import forward_on_cache, shared_context_loglikelihood, shared_groups
@@ -56,7 +56,8 @@ class OnePass:
     """The methods ``{label: model_args}`` of ONE run, scored together (see the module docstring).
 
     ``model_args`` are the ``mlpmem`` model type's (a string as lm-eval takes it, or a dict): each must name the
-    same ``run=`` and a method of :data:`ONE_PASS_METHODS`. ``scores`` is filled as requests are scored.
+    same ``run=``, a method of :data:`ONE_PASS_METHODS` and the same ``precision=`` (the pass and every mixing
+    run at it). ``scores`` is filled as requests are scored.
     """
 
     def __init__(self, methods: dict[str, str | dict]):
@@ -70,6 +71,10 @@ class OnePass:
         bad = [label for label, a in args.items() if a.method not in ONE_PASS_METHODS]
         if bad:
             raise ConfigError(f"method(s) {bad} cannot share the backbone pass (only {list(ONE_PASS_METHODS)})")
+        precisions = {a.precision for a in args.values()}
+        if len(precisions) != 1:
+            raise ConfigError(f"one pass runs at one precision, the methods ask for {sorted(precisions)}")
+        self.precision = precisions.pop()
         self.run = open_run(runs.pop())
         self.args = args
         self.labels = list(args)
@@ -92,11 +97,13 @@ class OnePass:
     def forward(self, ids: torch.Tensor, past, last_only: bool) -> tuple[torch.Tensor, object]:
         """Every method's log-probs (M, B, T, V) of one backbone forward on ``ids`` after ``past``."""
         hook = None if self.key_site is None else KeyHook(self.backbone, *self.key_site)
-        with torch.no_grad(), hook or contextlib.nullcontext():
-            out = forward_on_cache(self.backbone, ids, past, last_only)
-        keys = None if hook is None else _keep_positions(hook.keys, out.logits, 1 if last_only else 0)
+        with torch.no_grad(), autocast(self.backbone, self.precision):
+            with hook or contextlib.nullcontext():
+                out = forward_on_cache(self.backbone, ids, past, last_only)
+            keys = None if hook is None else _keep_positions(hook.keys, out.logits, 1 if last_only else 0)
+            mixed = [self.mix[label](out.logits, keys).float() for label in self.labels]
         self.passes += 1
-        return torch.stack([self.mix[label](out.logits, keys).float() for label in self.labels]), out.cache
+        return torch.stack(mixed), out.cache
 
     def score(self, requests: Sequence[tuple], max_length: int, batch_size: int, progress: bool) -> None:
         """Score every request (lm-eval's ``(request_str, context_enc, continuation_enc)``) not yet scored."""

@@ -1,5 +1,5 @@
 """bench lm-eval on a finished tiny run: both paths timed per method, the same answers, files written; the
-methods from one backbone pass against one at a time, the same answers."""
+methods from one backbone pass against one at a time, the same answers; fp32 against bf16, how far they differ."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from helpers.fast import quiet_and_fast  # noqa: F401 (autouse: no fsync, one thread)
-from helpers.harness import MC_ITEMS, write_mc_task
+from helpers.harness import MC_ITEMS, MC_TASK, write_mc_task, write_task
 from mlpmem.errors import ConfigError
 from mlpmem.experiments.bench.lm_eval_contexts import PLAIN, SHARED, LmEvalBenchConfig, main
 
@@ -47,8 +47,30 @@ def test_bench_lm_eval_one_pass_only(tiny_run, tmp_path):
     assert "HFLM / shared" not in text and "--one-pass-only" in text and "from one backbone pass" in text
 
 
+def test_bench_lm_eval_compare_precision(tiny_run, tmp_path):
+    (tmp_path / "tasks").mkdir()
+    folder = write_mc_task(tmp_path / "tasks")
+    write_task(folder, "tiny_mc_again", MC_TASK, folder / "items.jsonl")  # two tasks: a task average to pair
+    cfg = LmEvalBenchConfig(run=str(tiny_run), methods=["backbone", "memory", "rag-bm25"], tasks_dir=str(folder),
+                            tasks=["tiny_mc", "tiny_mc_again"], limit=3, threads=1, docs_dir=str(tmp_path / "docs"),
+                            compare_precision="bf16")
+    r = main(cfg)["precision"]
+    assert r["methods"] == ["backbone", "memory"] and r["precision"] == "bf16" and r["speedup_wall"] > 0
+    for method, m in r["agreement"].items():
+        assert m["requests"] == 2 * sum(2 * len(i["choices"]) for i in MC_ITEMS), method
+        assert 0 < m["mean_abs_loglik_diff"] <= m["max_abs_loglik_diff"] < 1.0, method  # bf16 rounds, no more
+        assert m["items_changed"]["acc"]["items"] == 2 * len(MC_ITEMS)
+        assert set(m["delta"]) == {"acc", "acc_mutual_info"} and m["delta"]["acc"]["n"] == 2 * len(MC_ITEMS)
+    assert set(r["vs_backbone"]["memory"]) == {"fp32", "bf16"}
+    text = (tmp_path / "docs" / "lm-eval-precision.md").read_text()
+    assert "at fp32 and at bf16" in text and "--compare-precision bf16" in text
+    assert not (tmp_path / "docs" / "lm-eval-contexts.md").exists()
+
+
 @pytest.mark.parametrize("bad", [{"methods": ["mosaics"]}, {"methods": ["nope"]}, {"limit": 0},
-                                 {"methods": ["memory", "rag-bm25"], "per_method": False}])
+                                 {"methods": ["memory", "rag-bm25"], "per_method": False},
+                                 {"compare_precision": "fp16"},
+                                 {"methods": ["rag-bm25"], "compare_precision": "bf16"}])
 def test_bench_lm_eval_bad_settings_are_one_line_errors(bad):
     with pytest.raises(ConfigError, match="bench lm-eval"):
         LmEvalBenchConfig(**bad)

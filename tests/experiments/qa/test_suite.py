@@ -369,6 +369,25 @@ def test_a_battery_file_is_scored_again_when_its_memory_gate_or_arguments_change
         assert _scored_with(cfg, "memory-gate")["gate_sha256"] == sha
 
 
+def test_the_battery_precision_reaches_every_methods_model_args(tmp_path):
+    """bf16 is named in every method's arguments (another file than fp32's); fp32 is not, as before it existed."""
+    from mlpmem.errors import ConfigError
+    from mlpmem.experiments.qa.battery import model_args
+
+    def cfg(**battery):
+        return QASuiteConfig(out_dir=str(tmp_path), benchmarks={"synthetic": {"pipeline": "configs/qa-synthetic.yaml"}},
+                             no_regression={"memory_from": "synthetic"}, battery=battery)
+
+    (tmp_path / "synthetic" / "methods").mkdir(parents=True)
+    (tmp_path / "synthetic" / "methods" / "memory.json").write_text(json.dumps({"lambda": 0.5}))
+    for method in ("backbone", "memory", "lora", "rag-bm25"):
+        plain = model_args(cfg(), method)
+        assert "precision=" not in plain and model_args(cfg(precision="fp32"), method) == plain
+        assert model_args(cfg(precision="bf16"), method) == f"{plain},precision=bf16"
+    with pytest.raises(ConfigError, match="battery.precision must be one of"):
+        cfg(precision="half")
+
+
 def test_a_benchmarks_pipeline_set_overrides_its_memory_recipe(tmp_path):
     """``benchmarks.NAME.pipeline_set`` reaches the benchmark's memory run, after the suite's own settings."""
     from mlpmem.errors import ConfigError

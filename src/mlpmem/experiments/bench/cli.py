@@ -49,7 +49,8 @@ def bench_packing(args: argparse.Namespace) -> None:
 def bench_lm_eval(args: argparse.Namespace) -> None:
     from mlpmem.experiments.bench import lm_eval_contexts  # imports lm-eval, which the other benchmarks do not need
 
-    values = _given(args, ("run", "methods", "limit", "repeats", "threads", "tasks_dir", "docs_dir"))
+    values = _given(args, ("run", "methods", "limit", "repeats", "threads", "tasks_dir", "docs_dir",
+                           "compare_precision"))
     if args.one_pass_only:
         values["per_method"] = False
     lm_eval_contexts.main(lm_eval_contexts.LmEvalBenchConfig(**values))

@@ -7,6 +7,8 @@ interleaved round by round. Reported per method: the wall and CPU seconds, the r
 of the two: the largest difference of any request's log-likelihood, whether every greedy flag and every task's
 accuracy and PMI accuracy are equal. Then, with ``one_pass`` and two or more of backbone, memory and kNN-LM among
 the methods, those methods from one backbone pass vs one at a time (:mod:`mlpmem.experiments.bench.lm_eval_one_pass`).
+With ``compare_precision`` only those methods' one pass, at fp32 and at that precision
+(:mod:`mlpmem.experiments.bench.lm_eval_precision`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from mlpmem.evaluation.harness import MlpmemLM, task_manager
 from mlpmem.evaluation.methods import METHODS
 from mlpmem.experiments.bench.common import interleave, summarize, threads, write_text
 from mlpmem.experiments.bench.lm_eval_one_pass import measure_one_pass, one_pass_labels, one_pass_report
+from mlpmem.experiments.bench.lm_eval_precision import measure_precision, precision_report
 from mlpmem.experiments.tasks.choice_tasks import MC_GROUP, TRUTH_GROUP
 from mlpmem.experiments.tasks.prepare import TasksConfig, prepared
 from mlpmem.reporting.tables import markdown_table
@@ -50,6 +53,8 @@ class LmEvalBenchConfig(Config):
     """Also time backbone, memory and kNN-LM (those of ``methods``) from one backbone pass vs one at a time."""
     per_method: bool = True
     """Time each method's shared contexts vs HFLM's path (False: only the one-pass comparison)."""
+    compare_precision: str | None = None
+    """``bf16`` (or ``auto``): only the one-pass methods at fp32 vs at this precision, speed and scores."""
     out_dir: str = "runs/bench/lm-eval"
     docs_dir: str = "docs/results/speed"
     """Where ``lm-eval-contexts.md`` and ``lm-eval-contexts.json`` are written."""
@@ -61,6 +66,10 @@ class LmEvalBenchConfig(Config):
             raise ConfigError("bench lm-eval needs limit, batch_size, repeats >= 1 and warmup >= 0")
         if not self.per_method and not (self.one_pass and len(one_pass_labels(self.methods)) > 1):
             raise ConfigError("bench lm-eval with --one-pass-only needs two or more of backbone, memory, knnlm")
+        if self.compare_precision not in (None, "bf16", "auto"):
+            raise ConfigError(f"bench lm-eval --compare-precision must be bf16 or auto, got {self.compare_precision!r}")
+        if self.compare_precision and not one_pass_labels(self.methods):
+            raise ConfigError("bench lm-eval --compare-precision needs backbone, memory or knnlm among the methods")
 
 
 def tasks_folder(cfg: LmEvalBenchConfig) -> Path:
@@ -119,12 +128,26 @@ def report(r: dict) -> str:
         f"{r['warmup']} warm-up, model loading not timed.", "", table, "", f"Command: `{r['command']}`."])
 
 
+def _command(cfg: LmEvalBenchConfig, used: int) -> str:
+    return (f"mlpmem bench lm-eval {cfg.run} --methods {','.join(cfg.methods)} --limit {cfg.limit} "
+            f"--repeats {cfg.repeats} --threads {used}" + (f" --tasks-dir {cfg.tasks_dir}" if cfg.tasks_dir else "")
+            + ("" if cfg.per_method else " --one-pass-only")
+            + (f" --compare-precision {cfg.compare_precision}" if cfg.compare_precision else ""))
+
+
+def _header(cfg: LmEvalBenchConfig, used: int, command: str) -> str:
+    return (f"# lm-eval multiple choice, {used} threads\n\nRun `{cfg.run}`; tasks {', '.join(cfg.tasks)} ({cfg.limit} "
+            f"items per task, every choice and PMI's unconditional request); batch size {cfg.batch_size}; median of "
+            f"{cfg.repeats} interleaved rounds after {cfg.warmup} warm-up, model loading not timed.\n\n"
+            f"Command: `{command}`.")
+
+
 def main(cfg: LmEvalBenchConfig) -> dict:
     used = threads(cfg.threads)
     folder = tasks_folder(cfg)
-    command = (f"mlpmem bench lm-eval {cfg.run} --methods {','.join(cfg.methods)} --limit {cfg.limit} "
-               f"--repeats {cfg.repeats} --threads {used}" + (f" --tasks-dir {cfg.tasks_dir}" if cfg.tasks_dir else "")
-               + ("" if cfg.per_method else " --one-pass-only"))
+    command = _command(cfg, used)
+    if cfg.compare_precision:
+        return _main_precision(cfg, used, folder, command)
     results = {"command": command,
                "run": cfg.run, "tasks": cfg.tasks, "limit": cfg.limit, "batch_size": cfg.batch_size,
                "repeats": cfg.repeats, "warmup": cfg.warmup, "threads": used,
@@ -133,12 +156,21 @@ def main(cfg: LmEvalBenchConfig) -> dict:
         results["one_pass"] = measure_one_pass(cfg, task_manager(folder, local_only=True), _responses, _scores)
     out = Path(cfg.docs_dir)
     write_text(out / "lm-eval-contexts.json", json.dumps(results, indent=1))
-    parts = [report(results)] if cfg.per_method else [
-        f"# lm-eval multiple choice, {used} threads\n\nRun `{cfg.run}`; tasks {', '.join(cfg.tasks)} ({cfg.limit} "
-        f"items per task, every choice and PMI's unconditional request); batch size {cfg.batch_size}; median of "
-        f"{cfg.repeats} interleaved rounds after {cfg.warmup} warm-up, model loading not timed.\n\n"
-        f"Command: `{command}`."]
+    parts = [report(results)] if cfg.per_method else [_header(cfg, used, command)]
     text = "\n\n".join(parts + ([one_pass_report(results["one_pass"])] if "one_pass" in results else []))
     write_text(out / "lm-eval-contexts.md", text)
+    print(text)
+    return results
+
+
+def _main_precision(cfg: LmEvalBenchConfig, used: int, folder: Path, command: str) -> dict:
+    """``--compare-precision``: ``lm-eval-precision.md`` and ``.json`` in ``docs_dir``."""
+    results = {"command": command, "run": cfg.run, "tasks": cfg.tasks, "limit": cfg.limit,
+               "batch_size": cfg.batch_size, "repeats": cfg.repeats, "warmup": cfg.warmup, "threads": used,
+               "precision": measure_precision(cfg, task_manager(folder, local_only=True), _responses)}
+    out = Path(cfg.docs_dir)
+    write_text(out / "lm-eval-precision.json", json.dumps(results, indent=1))
+    text = "\n\n".join([_header(cfg, used, command), precision_report(results["precision"])])
+    write_text(out / "lm-eval-precision.md", text)
     print(text)
     return results

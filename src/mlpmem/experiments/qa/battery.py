@@ -13,7 +13,8 @@ report pairs each method with the backbone item by item (:mod:`mlpmem.evaluation
 With ``one_pass`` (the default) the methods that only read the memory run's backbone pass (backbone, memory,
 memory-gate, kNN-LM) are scored together, one backbone pass per request for all of them
 (:mod:`mlpmem.evaluation.one_pass`; the same scores as one method at a time, to float rounding); the first of them
-then carries the wall time of all, recorded in its file.
+then carries the wall time of all, recorded in its file. ``precision: bf16`` scores every method under bf16
+autocast (paired differences then compare two bf16 scorings).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mlpmem.backbone import PRECISIONS
 from mlpmem.baselines.methods import METHODS
 from mlpmem.config import Config
 from mlpmem.errors import ConfigError
@@ -58,6 +60,9 @@ class BatteryConfig(Config):
     batch_size: int = 8
     one_pass: bool = True
     """Score backbone, memory, memory-gate and kNN-LM from one backbone pass per request (see the module)."""
+    precision: str = "fp32"
+    """Every method's model calls: ``fp32``, ``bf16`` (autocast; every method at the same precision, so the paired
+    differences compare like with like) or ``auto`` (:class:`~mlpmem.evaluation.methods.MethodArgs`)."""
 
     def validate(self) -> None:
         if "backbone" not in self.methods or set(self.methods) - set(BATTERY_METHODS):
@@ -65,6 +70,8 @@ class BatteryConfig(Config):
                               f"got {self.methods}")
         if not self.tasks or self.mc_limit < 1 or (self.limit is not None and self.limit < 1) or self.batch_size < 1:
             raise ConfigError("battery: tasks must be non-empty, mc_limit, limit and batch_size >= 1")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"battery.precision must be one of {PRECISIONS}, got {self.precision!r}")
 
 
 def battery_dir(out_dir: str | Path) -> Path:
@@ -72,7 +79,14 @@ def battery_dir(out_dir: str | Path) -> Path:
 
 
 def model_args(cfg, method: str) -> str:
-    """lm-eval ``model_args`` of ``method`` on the models of ``no_regression.memory_from`` (suite config ``cfg``)."""
+    """lm-eval ``model_args`` of ``method`` on the models of ``no_regression.memory_from`` (suite config ``cfg``), at
+    ``battery.precision`` (named only when not fp32, so that files scored before it existed still count)."""
+    args = _method_args(cfg, method)
+    precision = cfg.battery.precision if cfg.battery else "fp32"
+    return args if precision == "fp32" else f"{args},precision={precision}"
+
+
+def _method_args(cfg, method: str) -> str:
     bench = Path(cfg.out_dir) / cfg.no_regression.memory_from
     run = f"run={bench / 'memory-run'}"
     tuned = _tuned(bench, method) if method in ("knnlm", "memory", "memory-gate") else {}
