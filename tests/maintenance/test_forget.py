@@ -41,7 +41,7 @@ def test_update_then_forget_returns_the_datastore_and_teacher_checksums(run_dir,
     assert after["memory"] != before["memory"]  # the memory was fine-tuned, twice
     ops = ledger(run_dir)["operations"]
     assert [op["kind"] for op in ops] == ["update", "forget"] and ops[1]["counts"]["documents"] == 3
-    assert ops[0]["documents"] == ops[1]["documents"]
+    assert ops[0]["documents"] == ops[1]["documents"] and ops[1]["config"] == cfg.forget.to_dict()
     assert not list((run_dir / "maintenance" / "texts").glob("*"))  # the forgotten texts are gone too
     store = KeyStore(run_dir / "datastore")
     assert sorted(p.name for p in store.path.glob("*.npy")) == sorted(

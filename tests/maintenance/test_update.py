@@ -41,6 +41,7 @@ def test_update_adds_shards_teacher_rows_and_a_new_memory(run_dir, tmp_path):
     op = ledger["operations"][-1]
     assert op["kind"] == "update" and op["counts"]["documents"] == 3 and op["counts"]["rows_added"] > 0
     assert op["when"] and op["memory_sha256"] and len(op["documents"]) == 3
+    assert op["config"] == QUICK.update.to_dict()  # the settings it ran with
     assert [d["name"] for d in ledger["documents"][-3:]] == ["new0", "new1", "new2"]
     assert not (run_dir / "maintenance" / "pending").exists()
     # the new positions' targets never name themselves and cover the new documents' rows

@@ -32,6 +32,10 @@ def test_the_presets_load_and_bad_values_are_one_line_errors():
         load_maintenance_config(overrides=["forget.target=nothing"])
     with pytest.raises(ConfigError, match="unknown config key"):
         load_maintenance_config(overrides=["update.replay=1"])
+    with pytest.raises(ConfigError, match="not a folder name"):
+        load_study_config(CONFIGS / "maintenance" / "study.yaml", ["update_variants={../x: [update.epochs=2]}"])
+    with pytest.raises(ConfigError, match="update.epochs"):
+        load_study_config(CONFIGS / "maintenance" / "study.yaml", ["update_variants={e0: [update.epochs=0]}"])
 
 
 def test_a_tiny_study_writes_its_table(tmp_path, tiny_backbone_dir, capsys):
@@ -40,7 +44,8 @@ def test_a_tiny_study_writes_its_table(tmp_path, tiny_backbone_dir, capsys):
         "pipeline": str(CONFIGS / "tiny.yaml"), "pipeline_set": [f"backbone.name={tiny_backbone_dir}"],
         "synthetic": {"num_entities": 16, "held_out_fraction": 0.25, "paraphrases": 1, "seed": 0},
         "arriving_fraction": 0.25, "batches": 2, "forget_fraction": 0.2, "questions": 8, "distractors": 3,
-        "max_new_tokens": 3, "explain_questions": 4, "maintenance": ["update.epochs=1", "forget.epochs=1"]}))
+        "max_new_tokens": 3, "explain_questions": 4, "maintenance": ["update.epochs=1", "forget.epochs=1"],
+        "update_variants": {"epochs-2": ["update.epochs=2"]}}))
     out = tmp_path / "study"
     assert main(["update-study", str(config), "--out", str(out), "--quiet"]) == 0
     printed = capsys.readouterr().out
@@ -62,4 +67,14 @@ def test_a_tiny_study_writes_its_table(tmp_path, tiny_backbone_dir, capsys):
     assert [op["kind"] for op in ops] == ["update", "update", "forget"]
     report = (out / "report.md").read_text()
     assert report.startswith("# Updating and forgetting a memory") and "| measure | value | target | met |" in report
+    # the variant: its own copy of the first run, updated once (two batches), compared with the same retrained memory
+    variant = results["details"]["variants"]["epochs-2"]
+    assert variant["overrides"] == ["update.epochs=2"] and variant["update_s"] > 0 and 0 < variant["cost"]
+    assert variant["added"] == pytest.approx(variant["arriving"] / added["retrained"], rel=1e-3)
+    assert variant["added_delta_points"]["n"] == delta["n"] and variant["old_delta_points"]["n"] == old["n"]
+    ops = json.loads((out / "runs" / "variant-epochs-2" / "maintenance" / "manifest.json").read_text())["operations"]
+    assert [(op["kind"], op["config"]["epochs"]) for op in ops] == [("update", 2), ("update", 2)]
+    base_ops = json.loads((out / "runs" / "updated" / "maintenance" / "manifest.json").read_text())["operations"]
+    assert [op["config"]["epochs"] for op in base_ops] == [1, 1, 1]  # the study's own update and forget
+    assert "## Update variants" in report and "| epochs-2 | update.epochs=2 |" in report
     assert main(["update-study", str(config), "--out", str(out), "--quiet"]) == 2  # never over a finished study

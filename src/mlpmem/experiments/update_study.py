@@ -11,6 +11,9 @@ held-out entities that appear in no document (the chance level). The study
    answer's first token one of the entity's own biographies?
 5. forgets the chosen entities' documents (``mlpmem forget``) and scores again.
 
+With ``update_variants`` other update recipes run on copies of the first run before step 2, and the report compares
+each with the study's own update against the same retrained memory (:mod:`mlpmem.experiments.update_variants`).
+
 QA is scored two ways on the same questions, with the memory mixed at a fixed λ: multiple choice (the answer
 against ``distractors`` other values of the attribute, by the mixed model's log-likelihood; chance is
 ``1 / (1 + distractors)``) and, with ``em``, the project's generated answers (exact match). The table's rows use
@@ -31,7 +34,8 @@ from mlpmem.errors import ConfigError, MlpmemError
 from mlpmem.experiments.qa.choice import continuation_logprobs
 from mlpmem.experiments.qa.eval_qa import GenerationConfig, evaluate_questions
 from mlpmem.experiments.qa.synthetic import ATTRIBUTES, SyntheticConfig, generate
-from mlpmem.experiments.update_study_report import table_rows, write_report
+from mlpmem.experiments.update_study_report import table_rows, variant_rows, write_report
+from mlpmem.experiments.update_variants import SCORED, check_variants, run_variants, step
 from mlpmem.inference.augmented_lm import MemoryAugmentedLM
 from mlpmem.inference.prompts import qa_prompt
 from mlpmem.layout import stage_seconds
@@ -76,6 +80,9 @@ class UpdateStudyConfig(Config):
     explain_questions: int = 40
     maintenance: list[str] = field(default_factory=list)
     """Overrides of the maintenance settings (``update.epochs=3``)."""
+    update_variants: dict[str, list[str]] = field(default_factory=dict)
+    """Other update recipes, ``{name: [maintenance overrides after maintenance's]}``, each on a copy of the first
+    run (:mod:`mlpmem.experiments.update_variants`)."""
     docs_dir: str | None = None
     """Also copy ``report.md`` and ``results.json`` here (e.g. ``docs/results/update``; the runs stay in ``--out``)."""
     seed: int = 0
@@ -88,6 +95,7 @@ class UpdateStudyConfig(Config):
         if not 0.0 <= self.lam <= 1.0:
             raise ConfigError(f"update-study lam must be in [0, 1], got {self.lam}")
         SyntheticConfig(**self.synthetic)
+        check_variants(self.update_variants)
 
 
 def load_study_config(path: str | Path, overrides: list[str] | None = None) -> UpdateStudyConfig:
@@ -214,14 +222,20 @@ def run_study(cfg: UpdateStudyConfig, out: Path, progress: bool = True) -> dict:
     bench = generate(SyntheticConfig(**cfg.synthetic))
     groups = entity_groups(bench, cfg)
     qs = {g: questions_of(bench, ids, cfg.questions) for g, ids in groups.items()}
-    base = pipeline_run(cfg, out / "runs" / "updated", write_corpus(bench, set(groups["old"]), out / "data" / "base"),
-                        None, progress)
+    corpus = write_corpus(bench, set(groups["old"]), out / "data" / "base")
+    base = pipeline_run(cfg, out / "runs" / "updated", corpus, None, progress)
     scorer = Scorer(bench, cfg, base.backbone)
     maintenance = load_maintenance_config(overrides=cfg.maintenance)
     t0 = time.perf_counter()
     run_pipeline(base)
     timings = {"first_run_s": time.perf_counter() - t0}
     scores = {"before": {g: scorer.score(base, qs[g]) for g in ("old", "arriving", "forgotten", "held_out")}}
+    variants = run_variants(cfg.update_variants, cfg.maintenance, base.dir, out,
+                            lambda folder: pipeline_run(cfg, folder, corpus, base.backbone, progress),
+                            lambda run, m: sum(_update_batches(bench, groups["arriving"], cfg, run, out, m)),
+                            lambda run: {g: scorer.score(run, qs[g]) for g in SCORED})
+    for name, variant in variants.items():
+        scores[step(name)] = variant.pop("scores")
     timings["update_s"] = sum(_update_batches(bench, groups["arriving"], cfg, base, out, maintenance))
     scores["updated"] = {g: scorer.score(base, qs[g]) for g in ("old", "arriving", "kept", "forgotten")}
     scratch = pipeline_run(cfg, out / "runs" / "retrained", write_corpus(
@@ -240,7 +254,8 @@ def run_study(cfg: UpdateStudyConfig, out: Path, progress: bool = True) -> dict:
     scores["forgotten"] = {g: scorer.score(base, qs[g]) for g in ("forgotten", "kept", "held_out")}
     results = {**table_rows(scores, timings, explained, cfg),
                "details": {"config": cfg.to_dict(), "groups": {g: len(v) for g, v in groups.items()},
-                           "timings": timings, "explain": explained, "scores": _strip(scores)}}
+                           "timings": timings, "explain": explained, "scores": _strip(scores),
+                           "variants": variant_rows(scores, timings, variants)}}
     write_report(out, results)
     if cfg.docs_dir:
         write_report(Path(cfg.docs_dir), results)

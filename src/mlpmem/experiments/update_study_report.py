@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 from mlpmem.evaluation.stats import paired_difference, verdict
+from mlpmem.experiments.update_variants import step as variant_step
 from mlpmem.reporting.tables import DASH, markdown_table
 from mlpmem.utils.shards import write_json
 
@@ -85,6 +86,44 @@ def table_rows(scores: dict, timings: dict, explained: dict, cfg) -> dict:
     }
 
 
+def variant_rows(scores: dict, timings: dict, variants: dict) -> dict:
+    """Per update variant, the study's update rows: added entities vs the retrained memory, old entities vs before
+    the update (ratios, and paired differences in points), wall time vs retraining."""
+    s = lambda at, group: scores[at][group]["choice"]  # noqa: E731
+    out = {}
+    for name, v in variants.items():
+        at = variant_step(name)
+        out[name] = {"overrides": v["overrides"], "update_s": round(v["seconds"], 2),
+                     "added": ratio(s(at, "arriving"), s("retrained", "arriving")), "arriving": s(at, "arriving"),
+                     "added_delta_points": _paired(scores, ("retrained", "arriving"), (at, "arriving")),
+                     "old": ratio(s(at, "old"), s("before", "old")), "old_choice": s(at, "old"),
+                     "old_delta_points": _paired(scores, ("before", "old"), (at, "old")),
+                     "cost": ratio(v["seconds"], timings["retrain_s"])}
+    return out
+
+
+def _delta(d: dict | None) -> str:
+    return DASH if not d else f"{d['delta']:+.1f} [{d['ci95'][0]:+.1f}, {d['ci95'][1]:+.1f}]"
+
+
+def _variant_table(results: dict) -> str:
+    """The study's own update and every variant, side by side ("" without variants)."""
+    variants = results["details"].get("variants")
+    if not variants:
+        return ""
+    added, old, cost = (results[k] for k in ("qa_added_update_vs_retrain", "qa_old_after_update_vs_before",
+                                             "cost_update_vs_retrain"))
+    rows = [["the study's update", ", ".join(results["details"]["config"]["maintenance"]) or DASH,
+             _cell(added["value"]), _delta(added.get("delta_points")), _cell(old["value"]),
+             _delta(old.get("delta_points")), _cell(cost["value"])]]
+    rows += [[name, ", ".join(v["overrides"]), _cell(v["added"]), _delta(v["added_delta_points"]), _cell(v["old"]),
+              _delta(v["old_delta_points"]), _cell(v["cost"])] for name, v in variants.items()]
+    table = markdown_table(["update", "overrides (after the study's)", "added vs retrained", "Δ points [95 % CI]",
+                            "old kept", "Δ points [95 % CI]", "wall time vs retrain"], rows)
+    return ("## Update variants (each on a copy of the first run, the same retrained memory)\n\n" + table +
+            "\n\nTargets as in the table above: added >= 0.90, old kept >= 0.95, wall time <= 0.25.\n\n")
+
+
 def _cell(value) -> str:
     return DASH if value is None else (f"{value:.3f}" if isinstance(value, float) else str(value))
 
@@ -136,7 +175,7 @@ def write_report(out: Path, results: dict) -> None:
             f"{1 + cfg['distractors']} values (chance {100 / (1 + cfg['distractors']):.1f} %), memory mixed at "
             f"λ = {cfg['lam']}" + (f"; EM of generated answers after {cfg['shots']} demonstrations beside it"
                                    if cfg["em"] else "") + ".\n\n"
-            f"{table}\n\n{notes}## QA per group and step (multiple choice % / EM %)\n\n"
+            f"{table}\n\n{notes}{_variant_table(results)}## QA per group and step (multiple choice % / EM %)\n\n"
             f"{_score_table(details['scores'])}\n\n"
             f"## Wall time\n\n{timings}\n\nThe retraining time (`retrain_s`) covers every stage a memory built "
             "from scratch needs: the datastore (training keys and the evaluation keystores), the kNN-LM sweep (it "

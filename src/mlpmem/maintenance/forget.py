@@ -70,7 +70,8 @@ def forget_run(run: Run, wanted: list[str], cfg: MaintenanceConfig, abort: bool 
                 "config": cfg.forget.to_dict(), "seed": cfg.seed}
         resumed = op.pending.start(plan, COMMAND)
         summary = _forget(op, held, drop, cfg, seq, f"forget-{seq}-{ids[0]}")
-        entry = operation("forget", seq, ids, summary["counts"], time.perf_counter() - t0, summary["memory_sha"])
+        entry = operation("forget", seq, ids, summary["counts"], time.perf_counter() - t0, summary["memory_sha"],
+                          config=plan["config"])
         commit(op, summary["datastore"], summary["teacher"], summary["documents"], entry, summary["moves"],
                summary["deletes"])
     return {"forgotten": len(drop), "resumed": resumed, "seq": seq, "seconds": time.perf_counter() - t0,

@@ -62,12 +62,15 @@ def next_seq(ledger: dict) -> int:
 
 
 def operation(kind: str, seq: int, documents: list[str], counts: dict, seconds: float, memory_sha: str,
-              source: str | None = None) -> dict:
-    """The record of one committed operation: what (kind, documents by id, source file), when, counts."""
+              source: str | None = None, config: dict | None = None) -> dict:
+    """The record of one committed operation: what (kind, documents by id, source file), when, counts, and the
+    settings it ran with (``config``: the operation's section of the maintenance config)."""
     op = {"seq": seq, "kind": kind, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "documents": documents,
           "counts": counts, "seconds": round(seconds, 3), "memory_sha256": memory_sha}
     if source is not None:
         op["source"] = source
+    if config is not None:
+        op["config"] = config
     return op
 
 

@@ -91,7 +91,8 @@ def update_run(run: Run, docs_path: str | Path, cfg: MaintenanceConfig, abort: b
         resumed = op.pending.start(plan, COMMAND)
         summary = _update(op, fresh, cfg, seq, f"update-{seq}-{plan['documents'][0]}")
         entry_ = operation("update", seq, plan["documents"], {**summary["counts"], "skipped": skipped},
-                           time.perf_counter() - t0, summary["memory_sha"], source=str(docs_path))
+                           time.perf_counter() - t0, summary["memory_sha"], source=str(docs_path),
+                           config=plan["config"])
         commit(op, summary["datastore"], summary["teacher"], summary["documents"], entry_, summary["moves"],
                summary["deletes"])
     return {"added": len(fresh), "skipped": skipped, "resumed": resumed, "changed": True, "seq": seq,
