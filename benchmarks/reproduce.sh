@@ -162,3 +162,35 @@ MLPMEM_THREADS=1 $M update-study configs/maintenance/study.yaml --out runs/updat
   --set "maintenance=[update.replay_targets=memory]" --set docs_dir=docs/results/update-replay
 # a Shakespeare run updated with plays it did not see (docs/results/update-text), on the quick run of its time
 $M update-text runs/quick-w512 --out runs/update-text --docs docs/results/update-text
+# ... at other settings and sizes (docs/results/update-lr, update-early-stop, update-early-stop-lr,
+# update-early-stop-lr4, update-480-lr, update-160-converged, update-480-sweep; the last three: docs/maintenance.md)
+S=configs/maintenance/study.yaml
+LR="update.lr=0.001,update.replay_ratio=2,forget.replay_ratio=2"
+$M update-study $S --out runs/update-study-lr --set "maintenance=[update.lr=0.001]" --set docs_dir=docs/results/update-lr
+$M update-study $S --out runs/update-study-early --set "pipeline_set=[]" --set docs_dir=docs/results/update-early-stop
+$M update-study $S --out runs/update-study-early-lr-paired --set "pipeline_set=[]" --set "maintenance=[$LR]" \
+  --set docs_dir=docs/results/update-early-stop-lr --quiet
+$M update-study $S --out runs/update-study-early-lr4 --set "pipeline_set=[]" \
+  --set "maintenance=[$LR,update.epochs=4,forget.lr=0.0001]" --set docs_dir=docs/results/update-early-stop-lr4 --quiet
+$M update-study $S --out runs/update-study-480-lr --set "pipeline_set=[]" --set "synthetic.num_entities=480" \
+  --set questions=2000 --set "maintenance=[$LR]" --set docs_dir=docs/results/update-480-lr --quiet
+$M update-study $S --out runs/update-study-160-conv --set "pipeline_set=[train.patience=null]" \
+  --set "synthetic.num_entities=160" --set questions=2000 --set "maintenance=[$LR]" \
+  --set docs_dir=docs/results/update-160-converged --quiet
+$M update-study $S --out runs/update-study-480-sweep --set "pipeline_set=[train.patience=null]" \
+  --set "synthetic.num_entities=480" --set questions=2000 --set "maintenance=[$LR,update.epochs=6]" \
+  --set "update_variants={epochs-2: [update.epochs=2], epochs-4: [update.epochs=4], epochs-10: [update.epochs=10]}" \
+  --set docs_dir=docs/results/update-480-sweep --quiet
+# lm-eval scoring on the 480-entity study's retrained run (after its evaluation): one backbone pass for backbone,
+# memory and kNN-LM (docs/results/lm-eval-one-pass), bf16 against fp32 (docs/results/lm-eval-precision); and the
+# study's multiple-choice scorer with shared contexts (docs/results/choice-scoring)
+$M eval runs/update-study-480-lr/runs/retrained/config.yaml
+$M bench lm-eval runs/update-study-480-lr/runs/retrained --methods backbone,memory,knnlm --limit 20 --repeats 1 \
+  --one-pass-only --docs runs/bench/lm-eval-one-pass
+cp runs/bench/lm-eval-one-pass/lm-eval-contexts.json docs/results/lm-eval-one-pass/results.json
+$M eval runs/update-study-480-sweep/runs/retrained/config.yaml
+$M bench lm-eval runs/update-study-480-sweep/runs/retrained --methods backbone,memory,knnlm --limit 20 --repeats 1 \
+  --compare-precision bf16 --docs runs/bench/lm-eval-precision
+cp runs/bench/lm-eval-precision/lm-eval-precision.json docs/results/lm-eval-precision/results.json
+python benchmarks/choice_scoring.py runs/update-study-480-lr/runs/retrained --questions 200 --entities 480 \
+  --repeats 2 --out docs/results/choice-scoring
