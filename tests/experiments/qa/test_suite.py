@@ -193,6 +193,7 @@ def _check_battery(tmp: Path, results: dict) -> None:
         "memory-gate"]["gate_offset"]
     report = (tmp / "docs" / "report.md").read_text()
     assert "## General capability through lm-eval (the battery)" in report and "| MLP Memory + gate |" in report
+    assert "Every method scored at fp32." in report and set(results["battery"]["precision"].values()) == {"fp32"}
     assert (tmp / "docs" / "battery-delta.png").stat().st_size > 0
     intervals = json.loads((tmp / "docs" / "results.json").read_text())["battery_intervals"]
     assert intervals["memory"]["mlpmem_bb_general_knowledge"]["acc"]["n_items"] == 2
@@ -386,6 +387,19 @@ def test_the_battery_precision_reaches_every_methods_model_args(tmp_path):
         assert model_args(cfg(precision="bf16"), method) == f"{plain},precision=bf16"
     with pytest.raises(ConfigError, match="battery.precision must be one of"):
         cfg(precision="half")
+
+
+def test_the_battery_report_names_the_precision_each_file_was_scored_at():
+    from mlpmem.experiments.qa.battery import SCORED_WITH, scored_precision
+    from mlpmem.experiments.qa.battery_report import precision_line
+
+    assert scored_precision({SCORED_WITH: {"model_args": "run=r,lam=0.5"}}) == "fp32"
+    assert scored_precision({SCORED_WITH: {"model_args": "run=r,method=backbone,precision=bf16"}}) == "bf16"
+    assert scored_precision({}) == "fp32"  # a file from before the record
+    assert precision_line({"backbone": "bf16", "memory": "bf16"}, {}) == (
+        "Every method scored at bf16 (autocast, `battery.precision`).")
+    mixed = precision_line({"backbone": "fp32", "memory": "bf16"}, {"memory": "MLP Memory"})
+    assert "different precisions" in mixed and "backbone fp32, MLP Memory bf16" in mixed
 
 
 def test_a_benchmarks_pipeline_set_overrides_its_memory_recipe(tmp_path):

@@ -198,4 +198,11 @@ def collect_battery(cfg, folder: Path | None = None) -> dict | None:
     records = {m: read_json(Path(f), f"battery {m}") for m, f in files.items()}
     return {"tasks_dir": str(folder or out / "tasks"), "methods": files,
             "wall_seconds": {m: r.get(WALL_SECONDS) for m, r in records.items()},
-            "one_pass": [m for m, r in records.items() if r.get(ONE_PASS)]}
+            "one_pass": [m for m, r in records.items() if r.get(ONE_PASS)],
+            "precision": {m: scored_precision(r) for m, r in records.items()}}
+
+
+def scored_precision(record: dict) -> str:
+    """The precision a battery file was scored at, from its model args (fp32 unless they name another)."""
+    args = dict(a.split("=", 1) for a in (record.get(SCORED_WITH) or {}).get("model_args", "").split(",") if "=" in a)
+    return args.get("precision", "fp32")

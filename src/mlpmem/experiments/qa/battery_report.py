@@ -34,7 +34,8 @@ def battery_rows(results: dict, cfg: BootstrapConfig) -> tuple[dict[str, list[Ro
 
 def battery_section(rows: dict[str, list[Row]], labels: dict[str, str], docs: Path,
                     seconds: dict[str, float | None] | None = None,
-                    shifts: dict[str, dict[str, Shift]] | None = None, one_pass: list[str] | None = None) -> str:
+                    shifts: dict[str, dict[str, Shift]] | None = None, one_pass: list[str] | None = None,
+                    precision: dict[str, str] | None = None) -> str:
     """The table (scores ± standard error, Δ vs backbone with its 95 % interval, verdict), the Δ plot, where the
     log-likelihood choices moved and, where the files recorded it, each method's scoring time."""
     if not rows:
@@ -45,7 +46,7 @@ def battery_section(rows: dict[str, list[Row]], labels: dict[str, str], docs: Pa
         "lm-evaluation-harness (`mlpmem` model type) on the local BIG-bench tasks of `mlpmem tasks prepare`, the "
         "models of the no-regression benchmark at its QA-tuned λ; acc: log-likelihood choice, PMI: lm-eval's "
         "`acc_mutual_info` (domain-conditional PMI, docs/lm-eval.md). Every difference is paired over the items "
-        "both scored; `average` weighs every task the same.", "",
+        f"both scored; `average` weighs every task the same. {precision_line(precision or {}, labels)}", "",
         table(named, "backbone"), "", f"![battery Δ vs backbone]({figure.name})", "",
         shift_section(shifts or {}, labels), "", scoring_times(seconds or {}, labels, one_pass or [])])
 
@@ -59,6 +60,17 @@ def shift_section(shifts: dict[str, dict[str, Shift]], labels: dict[str, str]) -
         "shorter or longer in characters: a mixture lowers every token the memory gives no mass by log(1 − λ), so "
         "by acc it favours short choices; PMI divides that out (`mlpmem.evaluation.choice_shift`).", "",
         shift_table({labels.get(m, m): s for m, s in shifts.items()}, "backbone")])
+
+
+def precision_line(precision: dict[str, str], labels: dict[str, str]) -> str:
+    """One sentence: the precision every method was scored at (``battery.precision``), or each one's if they differ."""
+    kinds = set(precision.values()) or {"fp32"}
+    if len(kinds) == 1:
+        return "Every method scored " + {"fp32": "at fp32.", "bf16": "at bf16 (autocast, `battery.precision`).",
+                                         "auto": "at `battery.precision: auto` (bf16 where the hardware computes it "
+                                                 "natively)."}[kinds.pop()]
+    return ("Scored at different precisions (files of earlier settings): "
+            + ", ".join(f"{labels.get(m, m)} {p}" for m, p in precision.items()) + ".")
 
 
 def scoring_times(seconds: dict[str, float | None], labels: dict[str, str], one_pass: list[str] = ()) -> str:
