@@ -38,7 +38,7 @@ def run_variants(variants: dict[str, list[str]], maintenance: list[str], base_di
     groups of :data:`SCORED`."""
     results = {}
     for name, overrides in variants.items():
-        folder = out / "runs" / f"variant-{name}"
+        folder = out / "runs" / step(name)
         if folder.exists():
             raise ConfigError(f"{folder} already exists: a study never writes over a finished one")
         shutil.copytree(base_dir, folder)
@@ -49,5 +49,5 @@ def run_variants(variants: dict[str, list[str]], maintenance: list[str], base_di
 
 
 def step(name: str) -> str:
-    """The key of a variant's scores among the study's steps."""
+    """A variant's folder under ``<out>/runs`` and the key of its scores among the study's steps."""
     return f"variant-{name}"
