@@ -191,6 +191,8 @@ EXPERIMENTS = [
                     help="tokens generated per answer"),
                 Arg("--batch-size", type=int, default_from="mlpmem.experiments.qa.eval_qa:GenerationConfig",
                     help="questions generated at once"),
+                Arg("--precision", choices=("fp32", "bf16", "auto"),
+                    default_from="mlpmem.experiments.qa.eval_qa:GenerationConfig", help="decoding precision"),
                 Arg("--out", help="write the score and every prediction to this JSON file"),
                 QUIET), aliases=("eval-qa",)),
     Command("report", "qa", f"{QA}:cmd_qa_report",

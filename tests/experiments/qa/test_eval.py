@@ -34,6 +34,25 @@ def test_batched_greedy_matches_one_by_one(tiny_llama, tiny_tokenizer):
     assert batched == single
 
 
+def test_bf16_generation_decodes_under_autocast(tiny_llama, tiny_tokenizer):
+    import torch
+
+    from mlpmem.errors import ConfigError
+
+    prompts = ["The keeper", "The old lighthouse keeper walked along"]
+    seen = set()
+    linear = next(m for m in tiny_llama.modules() if isinstance(m, torch.nn.Linear))
+    handle = linear.register_forward_hook(lambda module, inputs, output: seen.add(output.dtype))
+    try:
+        low = generate_answers(tiny_llama, tiny_tokenizer, prompts, GenerationConfig(6, 2, "bf16"), stops=("\n",))
+    finally:
+        handle.remove()
+    assert seen == {torch.bfloat16} and len(low) == 2 and all(isinstance(t, str) for t in low)
+    assert GenerationConfig().precision == "fp32"
+    with pytest.raises(ConfigError, match="generation.precision must be one of"):
+        GenerationConfig(precision="fp16")
+
+
 class EchoModel:
     """A 'model' whose generate appends fixed token ids: checks stop-string cutting and scoring end to end."""
 

@@ -291,6 +291,11 @@ def test_a_method_file_scored_under_other_settings_is_scored_again(tmp_path):
         stored = {"test": {}, "settings": method_settings(cfg, "synthetic", method)}
         assert changed_settings(stored, method_settings(wider, "synthetic", method)) == changed, method
         assert changed_settings(stored, method_settings(cfg, "synthetic", method)) == []
+    # fp32 decoding is recorded as before the option existed; bf16 is a change of every method's file
+    assert "precision" not in method_settings(cfg, "synthetic", "memory")["generation"]
+    low = QASuiteConfig(**{**suite, "generation": {"precision": "bf16"}})
+    assert changed_settings({"test": {}, "settings": method_settings(cfg, "synthetic", "cpt")},
+                            method_settings(low, "synthetic", "cpt")) == ["generation"]
     # the no-regression checks only where they run; a file from before settings were recorded stays current
     assert "no_regression" in method_settings(cfg, "synthetic", "memory")
     assert "no_regression" not in method_settings(cfg, "disfl_qa", "memory")

@@ -15,14 +15,14 @@ from mlpmem.utils.runtime import set_threads
 
 
 def cmd_eval_qa(args: argparse.Namespace) -> None:
-    """``--max-new-tokens`` / ``--batch-size`` left out: ``GenerationConfig``'s defaults."""
+    """``--max-new-tokens`` / ``--batch-size`` / ``--precision`` left out: ``GenerationConfig``'s defaults."""
     set_threads()
     questions = read_questions(args.questions)
     model, tokenizer = load_backbone(args.backbone)
     mixed, prompt_fn, info = method_model(args.method, model, tokenizer, args.run, args.corpus, args.lam,
                                           args.lora_params, progress=not args.quiet, shots=args.shots)
-    generation = GenerationConfig(**{k: v for k in ("max_new_tokens", "batch_size")
-                                     if (v := getattr(args, k)) is not None})
+    generation = GenerationConfig(**{k: v for k in ("max_new_tokens", "batch_size", "precision")
+                                     if (v := getattr(args, k, None)) is not None})
     result = evaluate_questions(mixed, tokenizer, questions, prompt_fn, generation, progress=not args.quiet)
     summary = {"method": args.method, "em": result["em"], "f1": result["f1"], "n": result["n"], **info}
     print(json.dumps(summary, default=float))

@@ -16,6 +16,7 @@ F1, then highest EM, ties to the smaller λ.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from mlpmem.backbone import model_device
+from mlpmem.backbone import PRECISIONS, autocast, model_device
 from mlpmem.baselines.methods import METHODS, MethodOptions, build_method, closed_book_prompts
 from mlpmem.config import Config
 from mlpmem.corpora.documents import doc_start_token, read_documents
@@ -39,10 +40,15 @@ CLOZE_STOPS = ("\n", ".", ",", ";", " and ", " or ")
 class GenerationConfig(Config):
     max_new_tokens: int = 16
     batch_size: int = 16
+    precision: str = "fp32"
+    """``fp32``, ``bf16`` (every decoding step under bf16 autocast, weights fp32) or ``auto`` (bf16 where the
+    hardware computes it natively; :func:`~mlpmem.backbone.resolve_precision`)."""
 
     def validate(self) -> None:
         if self.max_new_tokens < 1 or self.batch_size < 1:
             raise ConfigError("generation max_new_tokens and batch_size must be >= 1")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"generation.precision must be one of {PRECISIONS}, got {self.precision!r}")
 
 
 def _prepare_tokenizer(tokenizer):
@@ -65,9 +71,10 @@ def generate_answers(model, tokenizer, prompts: list[str], cfg: GenerationConfig
         batch = tokenizer(prompts[start : start + cfg.batch_size], return_tensors="pt", padding=True,
                           add_special_tokens=False)
         batch = batch.to(model_device(model))
-        ids = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                             max_new_tokens=cfg.max_new_tokens, do_sample=False, num_beams=1,
-                             pad_token_id=tokenizer.pad_token_id, eos_token_id=end_ids)
+        with contextlib.nullcontext() if cfg.precision == "fp32" else autocast(model, cfg.precision):
+            ids = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                 max_new_tokens=cfg.max_new_tokens, do_sample=False, num_beams=1,
+                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=end_ids)
         new = [_until(row, end_ids) for row in ids[:, batch["input_ids"].shape[1] :].tolist()]
         out += [cut_at_stop(t, stops) for t in tokenizer.batch_decode(new, skip_special_tokens=True)]
     return out

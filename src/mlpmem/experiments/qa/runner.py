@@ -96,7 +96,8 @@ def method_settings(cfg: QASuiteConfig, bench: str, method: str, memory_sha256: 
     scored again. ``memory_sha256``: the checksum of the run's memory, a setting of the methods that read the memory."""
     tuned = METHODS[method].mixes or method == "memory-gate"  # chosen on the validation questions
     benchmark = {k: v for k, v in asdict(cfg.benchmarks[bench]).items() if tuned or k != "tune_questions"}
-    settings = {"benchmark": benchmark, "seed": cfg.seed, "shots": cfg.shots, "generation": asdict(cfg.generation)}
+    generation = {k: v for k, v in asdict(cfg.generation).items() if k != "precision" or v != "fp32"}  # as before
+    settings = {"benchmark": benchmark, "seed": cfg.seed, "shots": cfg.shots, "generation": generation}
     if METHODS[method].mixes:
         settings["lambda_grid"] = cfg.lambda_grid
     if method == "memory-gate":
