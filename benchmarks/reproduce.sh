@@ -194,3 +194,7 @@ $M bench lm-eval runs/update-study-480-sweep/runs/retrained --methods backbone,m
 cp runs/bench/lm-eval-precision/lm-eval-precision.json docs/results/lm-eval-precision/results.json
 python benchmarks/choice_scoring.py runs/update-study-480-lr/runs/retrained --questions 200 --entities 480 \
   --repeats 2 --out docs/results/choice-scoring
+# QA answers generated at fp32 and at bf16, on the 480-entity sweep's first run as the study left it (updated, then
+# forgotten from) (docs/results/generation-precision)
+python benchmarks/generation_precision.py runs/update-study-480-sweep/runs/updated --questions 100 --repeats 1 \
+  --out docs/results/generation-precision
