@@ -25,9 +25,9 @@ run's validation choice), ``share_context=false`` (every loglikelihood request r
 ``gate=true`` (the run's learned gate; ``gate_offset=`` shifts its logit, ``gate_dir=``
 takes another gate saved with the run's memory), ``precision=fp32|bf16|auto`` (bf16: every model call under
 autocast, which casts the fp32 weights at every call, every log-likelihood at bf16's rounding; whether it pays
-depends on the batch: ``mlpmem bench lm-eval --compare-precision bf16`` measures it), ``docs=``, ``top_k=``, ``passage_words=``, ``max_prompt_tokens=``
-(RAG), ``weights=`` (CPT, LoRA), plus any ``HFLM`` argument (``batch_size``, ``max_length``, ``device``...). lm-eval
-only knows the type once this module is imported:
+depends on the batch: ``mlpmem bench lm-eval --compare-precision bf16`` measures it), ``docs=``, ``top_k=``,
+``passage_words=``, ``max_prompt_tokens=`` (RAG), ``weights=`` (CPT, LoRA), plus any ``HFLM`` argument
+(``batch_size``, ``max_length``, ``device``...). lm-eval only knows the type once this module is imported:
 ``mlpmem lm-eval`` and ``python -m mlpmem.evaluation`` import it first.
 """
 
