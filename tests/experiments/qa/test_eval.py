@@ -49,7 +49,7 @@ def test_bf16_generation_decodes_under_autocast(tiny_llama, tiny_tokenizer):
         handle.remove()
     assert seen == {torch.bfloat16} and len(low) == 2 and all(isinstance(t, str) for t in low)
     assert GenerationConfig().precision == "fp32"
-    with pytest.raises(ConfigError, match="generation.precision must be one of"):
+    with pytest.raises(ConfigError, match="precision must be one of"):
         GenerationConfig(precision="fp16")
 
 

@@ -26,36 +26,51 @@ def one_pass_labels(methods: list[str]) -> list[str]:
     return [m for m in methods if m in ONE_PASS_METHODS]
 
 
-def measure_one_pass(cfg, manager, responses, scores) -> dict:
-    """Both ways over ``one_pass_labels(cfg.methods)`` (``responses``/``scores``: how lm-eval's output is read)."""
-    labels = one_pass_labels(cfg.methods)
-    args = {m: {} if m == "memory" else {"method": m} for m in labels}
-    one = OnePass({m: {"run": cfg.run, **args[m]} for m in labels})
-    joint = one.models(cfg.batch_size)
-    alone = {m: MlpmemLM(run=cfg.run, batch_size=cfg.batch_size, **args[m]) for m in labels}
-    last: dict[str, dict] = {ONE: {}, SEPARATE: {}}
+def timed_rounds(cfg, manager, ways: dict[str, tuple[OnePass | None, dict]]) -> tuple[dict, dict]:
+    """Each way's models ``(one pass or None, {method: lm-eval model})`` scoring ``cfg.tasks``, the ways interleaved
+    round by round (a way's one-pass scores dropped before each round, so every round computes them):
+    ``(seconds per way, {way: {method: lm-eval output of the last round}})``."""
+    last: dict[str, dict] = {name: {} for name in ways}
 
-    def every(name: str, models: dict):
+    def every(name: str):
+        one, models = ways[name]
+
         def go():
-            one.scores.clear()
+            if one is not None:
+                one.scores.clear()
             for m, lm in models.items():
                 last[name][m] = simple_evaluate(model=lm, tasks=cfg.tasks, task_manager=manager, limit=cfg.limit,
                                                 log_samples=True)
         return go
 
-    seconds = interleave({ONE: every(ONE, joint), SEPARATE: every(SEPARATE, alone)}, cfg.warmup, cfg.repeats)
+    return interleave({name: every(name) for name in ways}, cfg.warmup, cfg.repeats), last
+
+
+def speedups(seconds: dict, slow: str, fast: str) -> dict:
+    """``{"speedup_wall", "speedup_cpu"}``: the ratio of the medians of way ``slow`` to way ``fast``, and the
+    seconds summarised."""
+    median = {clock: {name: summarize(seconds[name][clock])["median"] for name in (slow, fast)}
+              for clock in ("wall", "cpu")}
+    return {"seconds": {name: {clock: summarize(s) for clock, s in times.items()} for name, times in seconds.items()},
+            "speedup_wall": median["wall"][slow] / median["wall"][fast],
+            "speedup_cpu": median["cpu"][slow] / median["cpu"][fast]}
+
+
+def measure_one_pass(cfg, manager, responses, scores) -> dict:
+    """Both ways over ``one_pass_labels(cfg.methods)`` (``responses``/``scores``: how lm-eval's output is read)."""
+    labels = one_pass_labels(cfg.methods)
+    args = {m: {} if m == "memory" else {"method": m} for m in labels}
+    one = OnePass({m: {"run": cfg.run, **args[m]} for m in labels})
+    alone = {m: MlpmemLM(run=cfg.run, batch_size=cfg.batch_size, **args[m]) for m in labels}
+    seconds, last = timed_rounds(cfg, manager, {ONE: (one, one.models(cfg.batch_size)), SEPARATE: (None, alone)})
     agree = {}
     for m in labels:
         a, b = responses(last[ONE][m]), responses(last[SEPARATE][m])
         agree[m] = {"requests": len(b), "max_abs_loglik_diff": max(abs(x[0] - y[0]) for x, y in zip(a, b)),
                     "greedy_equal": all(x[1] == y[1] for x, y in zip(a, b)),
                     "scores_equal": scores(last[ONE][m]) == scores(last[SEPARATE][m])}
-    median = {name: summarize(s["wall"])["median"] for name, s in seconds.items()}
-    cpu = {name: summarize(s["cpu"])["median"] for name, s in seconds.items()}
     return {"methods": labels, "backbone_passes_per_round": one.passes // (cfg.warmup + cfg.repeats),
-            "seconds": {name: {clock: summarize(s) for clock, s in times.items()} for name, times in seconds.items()},
-            "speedup_wall": median[SEPARATE] / median[ONE], "speedup_cpu": cpu[SEPARATE] / cpu[ONE],
-            "agreement": agree}
+            **speedups(seconds, SEPARATE, ONE), "agreement": agree}
 
 
 def one_pass_report(r: dict) -> str:

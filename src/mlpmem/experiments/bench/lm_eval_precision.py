@@ -12,12 +12,9 @@ a reader sees whether a verdict would move.
 
 from __future__ import annotations
 
-from lm_eval import simple_evaluate
-
 from mlpmem.evaluation.compare import AVERAGE, compare, per_item
 from mlpmem.evaluation.one_pass import OnePass
-from mlpmem.experiments.bench.common import interleave, summarize
-from mlpmem.experiments.bench.lm_eval_one_pass import one_pass_labels
+from mlpmem.experiments.bench.lm_eval_one_pass import one_pass_labels, speedups, timed_rounds
 from mlpmem.reporting.tables import markdown_table
 
 EXACT = "fp32"
@@ -29,23 +26,8 @@ def measure_precision(cfg, manager, responses) -> dict:
     labels, low = one_pass_labels(cfg.methods), cfg.compare_precision
     args = {m: {} if m == "memory" else {"method": m} for m in labels}
     passes = {p: OnePass({m: {"run": cfg.run, "precision": p, **args[m]} for m in labels}) for p in (EXACT, low)}
-    models = {p: one.models(cfg.batch_size) for p, one in passes.items()}
-    last: dict[str, dict] = {p: {} for p in passes}
-
-    def every(precision: str):
-        def go():
-            passes[precision].scores.clear()
-            for m, lm in models[precision].items():
-                last[precision][m] = simple_evaluate(model=lm, tasks=cfg.tasks, task_manager=manager,
-                                                     limit=cfg.limit, log_samples=True)
-        return go
-
-    seconds = interleave({p: every(p) for p in passes}, cfg.warmup, cfg.repeats)
-    median = {p: summarize(s["wall"])["median"] for p, s in seconds.items()}
-    cpu = {p: summarize(s["cpu"])["median"] for p, s in seconds.items()}
-    out = {"methods": labels, "precision": low,
-           "seconds": {p: {clock: summarize(s) for clock, s in times.items()} for p, times in seconds.items()},
-           "speedup_wall": median[EXACT] / median[low], "speedup_cpu": cpu[EXACT] / cpu[low],
+    seconds, last = timed_rounds(cfg, manager, {p: (one, one.models(cfg.batch_size)) for p, one in passes.items()})
+    out = {"methods": labels, "precision": low, **speedups(seconds, EXACT, low),
            "agreement": {m: agreement(last[EXACT][m], last[low][m], responses) for m in labels}}
     if "backbone" in labels:
         out["vs_backbone"] = {m: {p: average_deltas(compare(last[p]["backbone"], last[p][m])) for p in passes}

@@ -22,8 +22,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
-from mlpmem.backbone import PRECISIONS
 from mlpmem.baselines.methods import METHODS
 from mlpmem.config import Config
 from mlpmem.errors import ConfigError
@@ -60,7 +60,7 @@ class BatteryConfig(Config):
     batch_size: int = 8
     one_pass: bool = True
     """Score backbone, memory, memory-gate and kNN-LM from one backbone pass per request (see the module)."""
-    precision: str = "fp32"
+    precision: Literal["fp32", "bf16", "auto"] = "fp32"
     """Every method's model calls: ``fp32``, ``bf16`` (autocast; every method at the same precision, so the paired
     differences compare like with like) or ``auto`` (:class:`~mlpmem.evaluation.methods.MethodArgs`)."""
 
@@ -70,8 +70,6 @@ class BatteryConfig(Config):
                               f"got {self.methods}")
         if not self.tasks or self.mc_limit < 1 or (self.limit is not None and self.limit < 1) or self.batch_size < 1:
             raise ConfigError("battery: tasks must be non-empty, mc_limit, limit and batch_size >= 1")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"battery.precision must be one of {PRECISIONS}, got {self.precision!r}")
 
 
 def battery_dir(out_dir: str | Path) -> Path:
