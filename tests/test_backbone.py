@@ -5,13 +5,16 @@ from helpers.tiny import tiny_backbone
 from mlpmem.backbone import (
     BackboneConfig,
     KeyHook,
+    autocast,
     check_fingerprint,
     compute_device,
     decoder_layers,
     extract_keys,
     fingerprint,
+    inference_scope,
     load_backbone,
     model_device,
+    output_logits,
     resolve_layer,
     resolve_precision,
 )
@@ -121,3 +124,33 @@ def test_inputs_on_the_cpu_reach_a_model_wherever_it_is(tiny_llama):
     assert model_device(torch.nn.ReLU()) == torch.device("cpu")  # no parameters: the CPU
     keys = extract_keys(tiny_llama, _ids(tiny_llama.config.vocab_size).to(torch.int32).long(), layer=-1)
     assert keys.device == model_device(tiny_llama)
+
+
+def test_inference_scope_keeps_autocast_and_its_weight_casts_open_between_calls(monkeypatch):
+    """Inner autocast contexts nest in the scope: torch clears its cache of cast weights only when the scope
+    exits, once, and the cached casts give the same logits as casting at every call."""
+    model, ids = tiny_backbone(), torch.arange(1, 9)[None]
+    with torch.no_grad(), autocast(model, "bf16"):
+        per_call = model(input_ids=ids).logits
+    clears = []
+    real_clear = torch.clear_autocast_cache
+    monkeypatch.setattr(torch, "clear_autocast_cache", lambda: clears.append(1) or real_clear())
+    with inference_scope(model, "bf16"):
+        for _ in range(3):
+            with autocast(model, "bf16"):
+                held = model(input_ids=ids).logits
+            assert torch.is_autocast_enabled("cpu") and not torch.is_grad_enabled()
+        assert not clears
+    assert len(clears) == 1 and not torch.is_autocast_enabled("cpu")
+    assert torch.equal(held, per_call)
+    with inference_scope(model, "fp32"):
+        assert not torch.is_autocast_enabled("cpu")
+
+
+def test_the_lm_head_runs_in_fp32_inside_autocast_too():
+    model = tiny_backbone()
+    hidden = torch.randn(3, model.config.hidden_size)
+    exact = output_logits(model, hidden)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        held = output_logits(model, hidden)
+    assert held.dtype == torch.float32 and torch.equal(held, exact)

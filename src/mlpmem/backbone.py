@@ -270,10 +270,23 @@ def autocast(model: nn.Module, precision: str = "fp32"):
     return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
+@contextlib.contextmanager
+def inference_scope(model: nn.Module, precision: str = "fp32"):
+    """No grad and one :func:`autocast` held open around MANY inference calls of ``model`` (inner contexts nest).
+
+    torch keeps the bf16 copy of each parameter it casts (one that requires grad) until the outermost autocast
+    context exits, so inside this scope every weight is cast once, not once per call: what makes bf16 pay for many
+    small calls (a context then its continuations on a KV cache). Only while the weights do not change."""
+    with torch.no_grad(), autocast(model, precision):
+        yield
+
+
 def output_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-    """The LM head on final hidden states ``[..., d]`` in fp32 (with Gemma-style soft-capping if configured)."""
+    """The LM head on final hidden states ``[..., d]`` in fp32 (with Gemma-style soft-capping if configured), also
+    inside an autocast context."""
     head = model.get_output_embeddings()
-    logits = torch.nn.functional.linear(hidden.to(head.weight.dtype), head.weight, head.bias)
+    with torch.autocast(hidden.device.type, enabled=False):
+        logits = torch.nn.functional.linear(hidden.to(head.weight.dtype), head.weight, head.bias)
     cap = getattr(model.config, "final_logit_softcapping", None)
     return torch.tanh(logits / cap) * cap if cap else logits
 

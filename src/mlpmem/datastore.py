@@ -34,6 +34,7 @@ from mlpmem.backbone import (
     document_mask,
     extract_keys,
     fingerprint,
+    inference_scope,
     model_device,
     output_logits,
     packing_unsupported,
@@ -227,19 +228,21 @@ def build_keystore(model, tokenizer, token_docs: Sequence[np.ndarray], out_dir: 
     scored = sum(windows[s * per_shard : (s + 1) * per_shard].num_scored for s in mine)
     bar = tqdm(total=scored, desc=desc if dist.world == 1 else f"{desc} [rank {dist.rank}]", unit="tok",
                disable=not progress, dynamic_ncols=True)
-    for s in mine:
-        if s in reusable:
-            manifest = _record_shard(out_dir, manifest, link_shard(donor, out_dir, reusable[s]), num_shards, dist)
-            bar.update(reusable[s]["rows"])
-            continue
-        shard_windows = windows[s * per_shard : (s + 1) * per_shard]
-        parts = []
-        for batch in window_batches(shard_windows, batch_size, pack_into):
-            parts.append(encode_windows(model, token_docs, batch, settings["layer"], site, with_lm, precision,
-                                        pack_into))
-            bar.update(len(parts[-1].values))
-        manifest = _write_shard(out_dir, manifest, parts, len(shard_windows), s, num_shards, dist)
-        release_pages(token_docs)
+    with inference_scope(model, precision):  # each weight cast to bf16 once for the whole stage
+        for s in mine:
+            if s in reusable:
+                manifest = _record_shard(out_dir, manifest, link_shard(donor, out_dir, reusable[s]), num_shards,
+                                         dist)
+                bar.update(reusable[s]["rows"])
+                continue
+            shard_windows = windows[s * per_shard : (s + 1) * per_shard]
+            parts = []
+            for batch in window_batches(shard_windows, batch_size, pack_into):
+                parts.append(encode_windows(model, token_docs, batch, settings["layer"], site, with_lm, precision,
+                                            pack_into))
+                bar.update(len(parts[-1].values))
+            manifest = _write_shard(out_dir, manifest, parts, len(shard_windows), s, num_shards, dist)
+            release_pages(token_docs)
     bar.close()
     return finish_build(out_dir, num_shards, dist, "keystore")
 

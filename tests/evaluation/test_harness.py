@@ -116,18 +116,22 @@ def test_the_other_methods_score_their_own_distribution(run_dir, tasks, method):
 
 
 @pytest.mark.parametrize("share_context", [True, False])
-def test_bf16_runs_every_model_call_under_autocast_and_scores_in_fp32(run_dir, tasks, share_context):
-    """``precision=bf16``: the backbone's matmuls run in bf16 on either scoring path, the scores are fp32 sums
-    close to fp32's (bf16 rounds each logit; the tiny model's log-likelihoods are a few nats)."""
+def test_bf16_runs_every_model_call_under_autocast_and_scores_in_fp32(run_dir, tasks, share_context, monkeypatch):
+    """``precision=bf16``: the backbone's matmuls run in bf16 on either scoring path, under one autocast held
+    around lm-eval's call (its cache of cast weights cleared once, not after every forward); the scores are fp32
+    sums close to fp32's (bf16 rounds each logit; the tiny model's log-likelihoods are a few nats)."""
     lm = MlpmemLM(run=str(run_dir), lam=0.4, precision="bf16", batch_size=2, share_context=share_context)
-    seen = set()
+    seen, clears = [], []
+    real_clear = torch.clear_autocast_cache
+    monkeypatch.setattr(torch, "clear_autocast_cache", lambda: clears.append(len(seen)) or real_clear())
     linear = next(m for m in lm.model.modules() if isinstance(m, torch.nn.Linear))
-    handle = linear.register_forward_hook(lambda module, inputs, output: seen.add(output.dtype))
+    handle = linear.register_forward_hook(lambda module, inputs, output: seen.append(output.dtype))
     try:
         got = scores(lm, tasks)["tiny_ll"]
     finally:
         handle.remove()
-    assert seen == {torch.bfloat16}
+    assert set(seen) == {torch.bfloat16}
+    assert clears == [len(seen)]  # once, after every forward
     exact = scores(MlpmemLM(run=str(run_dir), lam=0.4, batch_size=2, share_context=share_context), tasks)["tiny_ll"]
     assert got != exact  # bf16 was used ...
     for (loglik, _), (want, _) in zip(got, exact):  # ... and rounds, no more

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 from helpers.fast import quiet_and_fast  # noqa: F401 (autouse: no fsync, one thread)
 from helpers.harness import MC_ITEMS as ITEMS
@@ -48,12 +49,17 @@ def test_each_method_of_one_pass_scores_as_its_own_model(run_dir, mc_tasks, tmp_
     assert passes[0] > 0 and passes == [passes[0]] * len(methods)  # the first method scored them all
 
 
-def test_one_pass_at_bf16_scores_as_each_methods_own_bf16_model(run_dir, mc_tasks):
+def test_one_pass_at_bf16_scores_as_each_methods_own_bf16_model(run_dir, mc_tasks, monkeypatch):
+    """... with every forward of the pass under one autocast (its cast weights cleared once, after the pass)."""
     methods = {"backbone": {"method": "backbone"}, "memory": {"lam": 0.4}}
     one = OnePass({label: {"run": str(run_dir), "precision": "bf16", **args} for label, args in methods.items()})
     assert one.precision == "bf16"
+    clears, real_clear = [], torch.clear_autocast_cache
     for label, args in methods.items():
-        got = mc_responses(OnePassLM(one, label, batch_size=2), mc_tasks)
+        with monkeypatch.context() as patch:
+            patch.setattr(torch, "clear_autocast_cache", lambda: clears.append(one.passes) or real_clear())
+            got = mc_responses(OnePassLM(one, label, batch_size=2), mc_tasks)
+        assert clears == [one.passes] and one.passes > 1, label  # the first method ran the pass, once
         expected = mc_responses(MlpmemLM(run=str(run_dir), batch_size=2, precision="bf16", **args), mc_tasks)
         exact = mc_responses(MlpmemLM(run=str(run_dir), batch_size=2, **args), mc_tasks)
         assert [g[0] for g in got] != [e[0] for e in exact], label  # at bf16, not fp32

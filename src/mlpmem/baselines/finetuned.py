@@ -113,7 +113,7 @@ def load_finetuned(method: str, folder: str | Path, backbone: tuple) -> nn.Modul
         if actual[key] != expected[key]:
             raise FingerprintMismatch(f"weights={folder} are for another backbone than {expected['name']!r}: "
                                       f"{key} {actual[key]} vs {expected[key]}")
+    # eval mode; the parameters keep requires_grad (scoring runs under no_grad) so that bf16 autocast can keep
+    # their cast copies for a whole scoring call (mlpmem.backbone.inference_scope)
     loaded.eval()
-    for p in loaded.parameters():
-        p.requires_grad_(False)
     return loaded

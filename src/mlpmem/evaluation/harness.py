@@ -24,8 +24,9 @@ run's validation choice), ``share_context=false`` (every loglikelihood request r
 ``HFLM`` does; default: requests sharing a context run it once, :mod:`mlpmem.evaluation.shared_context`),
 ``gate=true`` (the run's learned gate; ``gate_offset=`` shifts its logit, ``gate_dir=``
 takes another gate saved with the run's memory), ``precision=fp32|bf16|auto`` (bf16: every model call under
-autocast, which casts the fp32 weights at every call, every log-likelihood at bf16's rounding; whether it pays
-depends on the batch: ``mlpmem bench lm-eval --compare-precision bf16`` measures it), ``docs=``, ``top_k=``,
+autocast, held open around each of lm-eval's calls so that each fp32 weight is cast once per call of lm-eval, not
+per forward; every log-likelihood at bf16's rounding; ``mlpmem bench lm-eval --compare-precision bf16`` measures
+the speed and how far the scores move), ``docs=``, ``top_k=``,
 ``passage_words=``, ``max_prompt_tokens=`` (RAG), ``weights=`` (CPT, LoRA), plus any ``HFLM`` argument
 (``batch_size``, ``max_length``, ``device``...). lm-eval only knows the type once this module is imported:
 ``mlpmem lm-eval`` and ``python -m mlpmem.evaluation`` import it first.
@@ -34,6 +35,7 @@ depends on the batch: ``mlpmem bench lm-eval --compare-precision bf16`` measures
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from pathlib import Path
 
@@ -46,7 +48,7 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.tasks import TaskManager
 from lm_eval.utils import handle_non_serializable, make_table
 
-from mlpmem.backbone import model_device, resolve_precision
+from mlpmem.backbone import inference_scope, model_device, resolve_precision
 from mlpmem.errors import ConfigError
 from mlpmem.evaluation.methods import METHODS, MethodArgs, build_model
 from mlpmem.evaluation.shared_context import forward_on_cache, shared_context_loglikelihood, shared_groups
@@ -80,6 +82,7 @@ class MlpmemLM(HFLM):
         kwargs.setdefault("backend", "causal")
         super().__init__(pretrained=loaded.model, tokenizer=loaded.tokenizer, **kwargs)
         self._mixing, self._rag = loaded.mixing, loaded.rag
+        self._scope = functools.partial(inference_scope, loaded.model, precision)  # around each lm-eval call
         self.share_context, self._caches = share_context, loaded.caches
         self._source = args.source() | ({"lam": loaded.lam} if loaded.lam is not None else {})
 
@@ -91,16 +94,19 @@ class MlpmemLM(HFLM):
         return [dataclasses.replace(r, arguments=(p, *r.args[1:])) for r, p in zip(requests, prompts)]
 
     def loglikelihood(self, requests, disable_tqdm: bool = False):
-        return super().loglikelihood(self._with_passages(requests), disable_tqdm)
+        with self._scope():
+            return super().loglikelihood(self._with_passages(requests), disable_tqdm)
 
     def generate_until(self, requests, disable_tqdm: bool = False):
-        return super().generate_until(self._with_passages(requests), disable_tqdm)
+        with self._scope():
+            return super().generate_until(self._with_passages(requests), disable_tqdm)
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
         if self._rag is not None:
             raise ConfigError("loglikelihood_rolling is not defined for RAG (a rolling text has no context to "
                               "retrieve with): score RAG on loglikelihood or generate_until tasks")
-        return super().loglikelihood_rolling(requests, disable_tqdm)
+        with self._scope():
+            return super().loglikelihood_rolling(requests, disable_tqdm)
 
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, override_bs: int | None = None):
         """``HFLM``'s, with the requests that share a context scored after one run of it

@@ -13,7 +13,8 @@
     ``mlpmem mosaics train``) through the Auto classes, with the tokenizer saved in it.
 
 Every method reads ``precision=``: ``fp32`` (default), ``bf16`` (every model call under bf16 autocast, the weights
-staying fp32; the returned logits fp32) or ``auto`` (bf16 where the hardware computes it natively,
+staying fp32 and cast once per scoring call, :func:`~mlpmem.backbone.inference_scope`; the returned logits fp32)
+or ``auto`` (bf16 where the hardware computes it natively,
 :func:`~mlpmem.backbone.resolve_precision`).
 
 Every misuse is a one-line :class:`~mlpmem.errors.ConfigError`, before anything loads: an unknown method, a

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from lm_eval.models.huggingface import HFLM
 from lm_eval.utils import simple_parse_args_string
 
-from mlpmem.backbone import KeyHook, autocast
+from mlpmem.backbone import KeyHook, autocast, inference_scope
 from mlpmem.errors import ConfigError
 from mlpmem.evaluation.methods import MethodArgs, build_model
 from mlpmem.evaluation.shared_context import forward_on_cache, shared_context_loglikelihood, shared_groups
@@ -118,7 +118,9 @@ class OnePass:
         groups, rest = shared_groups(todo, max_length, min_members=1)
         assert not rest, "every request was fitted to max_length"
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        scored = shared_context_loglikelihood(self.forward, todo, groups, batch_size, pad_id, progress=progress)
+        with inference_scope(self.backbone, self.precision):  # each weight cast to bf16 once for all requests
+            scored = shared_context_loglikelihood(self.forward, todo, groups, batch_size, pad_id,
+                                                  progress=progress)
         for i, per_method in scored.items():
             self.scores[(todo[i][1], todo[i][2])] = per_method
 

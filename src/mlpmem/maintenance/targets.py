@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from mlpmem.backbone import autocast, base_model, model_device, output_logits
+from mlpmem.backbone import base_model, inference_scope, model_device, output_logits
 from mlpmem.corpora.documents import make_windows
 from mlpmem.datastore import pad_windows
 from mlpmem.distil import distilled_rows
@@ -63,14 +63,14 @@ def backbone_rows(model, token_docs: Sequence[np.ndarray], block_size: int, stri
     order (the windows of :func:`~mlpmem.corpora.documents.make_windows`, one scored target each)."""
     windows = make_windows([len(t) for t in token_docs], block_size, stride)
     parts = []
-    for b in range(0, len(windows), batch_size):
-        batch = [windows[j] for j in range(b, min(b + batch_size, len(windows)))]
-        input_ids, mask = pad_windows(token_docs, batch, device=model_device(model))  # (B, T)
-        with autocast(model, precision):
+    with inference_scope(model, precision):  # each weight cast once; the head runs in fp32 (output_logits)
+        for b in range(0, len(windows), batch_size):
+            batch = [windows[j] for j in range(b, min(b + batch_size, len(windows)))]
+            input_ids, mask = pad_windows(token_docs, batch, device=model_device(model))  # (B, T)
             hidden = base_model(model)(input_ids=input_ids, attention_mask=mask, use_cache=False)[0]  # (B, T, d)
-        for r, w in enumerate(batch):  # one window at a time: (m, V) probabilities, never (B·m, V)
-            probs = torch.softmax(output_logits(model, hidden[r, w.positions]).float(), dim=-1)  # (m, V)
-            parts.append(top_rows(probs, top_k))
+            for r, w in enumerate(batch):  # one window at a time: (m, V) probabilities, never (B·m, V)
+                probs = torch.softmax(output_logits(model, hidden[r, w.positions]).float(), dim=-1)  # (m, V)
+                parts.append(top_rows(probs, top_k))
     return concat_rows(parts, top_k)
 
 

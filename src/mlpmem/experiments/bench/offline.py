@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mlpmem.backbone import autocast, compute_device, model_device, resolve_precision, synchronize
+from mlpmem.backbone import compute_device, inference_scope, model_device, resolve_precision, synchronize
 from mlpmem.config import Config
 from mlpmem.corpora.documents import document_lengths, make_windows
 from mlpmem.datastore import KeyStore, encode_windows, pad_windows
@@ -105,16 +105,17 @@ def forward_vs_keys(run, cfg: OfflineBenchConfig) -> dict:
 
     def plain(prec):
         def go():
-            for batch in batches:
-                ids, mask = pad_windows(docs, batch, device=model_device(model))
-                with autocast(model, prec):
+            with inference_scope(model, prec):  # as the datastore stage runs: each weight cast once per pass
+                for batch in batches:
+                    ids, mask = pad_windows(docs, batch, device=model_device(model))
                     model(input_ids=ids, attention_mask=mask, use_cache=False)
             synchronize(model)
         return go
 
     def keys():
-        for batch in batches:
-            encode_windows(model, docs, batch, rc.backbone.layer, rc.backbone.site, False, precision)
+        with inference_scope(model, precision):
+            for batch in batches:
+                encode_windows(model, docs, batch, rc.backbone.layer, rc.backbone.site, False, precision)
 
     variants = {"plain forward fp32": plain("fp32"), f"plain forward {precision}": plain(precision),
                 f"key pass {precision} (layer {rc.backbone.layer}, {rc.backbone.site})": keys}
