@@ -3,6 +3,7 @@ rows, the report and the runs are what is checked), and the maintenance presets 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -13,6 +14,7 @@ from helpers.paths import CONFIGS
 from mlpmem.cli import main
 from mlpmem.errors import ConfigError
 from mlpmem.experiments.update_study import load_study_config
+from mlpmem.experiments.update_sweep import finished_study
 from mlpmem.maintenance.config import MaintenanceConfig, load_maintenance_config
 from mlpmem.pipeline.config import PipelineConfig
 
@@ -78,3 +80,35 @@ def test_a_tiny_study_writes_its_table(tmp_path, tiny_backbone_dir, capsys):
     assert [op["config"]["epochs"] for op in base_ops] == [1, 1, 1]  # the study's own update and forget
     assert "## Update variants" in report and "| epochs-2 | update.epochs=2 |" in report
     assert main(["update-study", str(config), "--out", str(out), "--quiet"]) == 2  # never over a finished study
+    # from_study: more recipes on the kept first run, against the same retrained memory, nothing rebuilt
+    assert (out / "runs" / "first" / "train").is_dir()
+    spec = yaml.safe_load(config.read_text())
+    spec.update(from_study=str(out), update_variants={"again-2": ["update.epochs=2"], "epochs-3": ["update.epochs=3"]})
+    config.write_text(yaml.safe_dump(spec))
+    sweep_out = tmp_path / "sweep"
+    assert main(["update-study", str(config), "--out", str(sweep_out), "--quiet"]) == 0
+    assert "again-2: added" in capsys.readouterr().out
+    sweep = json.loads((sweep_out / "results.json").read_text())
+    assert set(sweep["variants"]) == {"again-2", "epochs-3"} and not (sweep_out / "runs" / "retrained").exists()
+    scored = sweep["details"]["scores"]
+    assert scored["retrained"]["arriving"] == results["details"]["scores"]["retrained"]["arriving"]
+    assert scored["before"]["old"] == results["details"]["scores"]["before"]["old"]
+    again = sweep["variants"]["again-2"]  # the same recipe on the same first run: the study's variant again
+    assert (again["added"], again["old"]) == pytest.approx((variant["added"], variant["old"]))
+    assert again["cost"] == pytest.approx(again["update_s"] / results["cost_update_vs_retrain"]["retrain_s"], rel=0.01)
+    report = (sweep_out / "report.md").read_text()
+    assert report.startswith("# Update recipes on the first run of") and "| epochs-3 | update.epochs=3 |" in report
+
+
+def test_a_sweep_needs_a_finished_study_with_the_same_data(tmp_path):
+    base = load_study_config(CONFIGS / "maintenance" / "study.yaml", ["update_variants={e2: [update.epochs=2]}"])
+    source = tmp_path / "study"
+    with pytest.raises(ConfigError, match="no finished update study"):
+        finished_study(dataclasses.replace(base, from_study=str(source)))
+    (source / "runs" / "first").mkdir(parents=True)
+    (source / "runs" / "retrained").mkdir()
+    (source / "results.json").write_text(json.dumps({"details": {"config": {**base.to_dict(), "seed": 1}}}))
+    with pytest.raises(ConfigError, match="seed=1"):
+        finished_study(dataclasses.replace(base, from_study=str(source)))
+    with pytest.raises(ConfigError, match="update_variants only"):
+        finished_study(dataclasses.replace(base, from_study=str(source), update_variants={}))

@@ -13,6 +13,8 @@ held-out entities that appear in no document (the chance level). The study
 
 With ``update_variants`` other update recipes run on copies of the first run before step 2, and the report compares
 each with the study's own update against the same retrained memory (:mod:`mlpmem.experiments.update_variants`).
+The first run is kept as it was before any update (``runs/first``), so that a later study with ``from_study`` can
+try more recipes on it without building or retraining anything (:mod:`mlpmem.experiments.update_sweep`).
 
 QA is scored two ways on the same questions, with the memory mixed at a fixed λ: multiple choice (the answer
 against ``distractors`` other values of the attribute, by the mixed model's log-likelihood; chance is
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,8 +37,9 @@ from mlpmem.errors import ConfigError, MlpmemError
 from mlpmem.experiments.qa.choice import continuation_logprobs
 from mlpmem.experiments.qa.eval_qa import GenerationConfig, evaluate_questions
 from mlpmem.experiments.qa.synthetic import ATTRIBUTES, SyntheticConfig, generate
-from mlpmem.experiments.update_study_report import table_rows, variant_rows, write_report
-from mlpmem.experiments.update_variants import SCORED, check_variants, run_variants, step
+from mlpmem.experiments.update_study_report import table_rows, variant_rows, without_answers, write_report
+from mlpmem.experiments.update_sweep import run_sweep
+from mlpmem.experiments.update_variants import FIRST, SCORED, check_variants, run_variants, step
 from mlpmem.inference.augmented_lm import MemoryAugmentedLM
 from mlpmem.inference.prompts import qa_prompt
 from mlpmem.layout import stage_seconds
@@ -83,6 +87,9 @@ class UpdateStudyConfig(Config):
     update_variants: dict[str, list[str]] = field(default_factory=dict)
     """Other update recipes, ``{name: [maintenance overrides after maintenance's]}``, each on a copy of the first
     run (:mod:`mlpmem.experiments.update_variants`)."""
+    from_study: str | None = None
+    """A finished study's folder: run ``update_variants`` alone on its first run (``runs/first``), against its
+    retrained memory (:mod:`mlpmem.experiments.update_sweep`); the data settings must be the same."""
     docs_dir: str | None = None
     """Also copy ``report.md`` and ``results.json`` here (e.g. ``docs/results/update``; the runs stay in ``--out``)."""
     seed: int = 0
@@ -214,32 +221,58 @@ def retrain(run: Run) -> float:
     return time.perf_counter() - t0
 
 
+class Study:
+    """What every step of a study reads: the facts, the entity groups and their questions, one backbone for
+    every run, the arriving documents' update and the scorer."""
+
+    def __init__(self, cfg: UpdateStudyConfig, out: Path, progress: bool):
+        self.cfg, self.out, self.progress = cfg, out, progress
+        self.bench = generate(SyntheticConfig(**cfg.synthetic))
+        self.groups = entity_groups(self.bench, cfg)
+        self.questions = {g: questions_of(self.bench, ids, cfg.questions) for g, ids in self.groups.items()}
+        self._backbone = None
+
+    def open_run(self, folder: Path, corpus: Path) -> Run:
+        run = pipeline_run(self.cfg, folder, corpus, self._backbone, self.progress)
+        self._backbone = run.backbone
+        return run
+
+    def update(self, run: Run, maintenance) -> float:
+        """Seconds to update ``run`` with the arriving entities' documents (``batches`` updates)."""
+        return sum(_update_batches(self.bench, self.groups["arriving"], self.cfg, run, self.out, maintenance))
+
+    def scorer(self, backbone) -> Scorer:
+        return Scorer(self.bench, self.cfg, backbone)
+
+
 def run_study(cfg: UpdateStudyConfig, out: Path, progress: bool = True) -> dict:
-    """Every step of the module docstring; returns the results written to ``out/results.json``."""
+    """Every step of the module docstring (with ``from_study``, the variants alone:
+    :mod:`mlpmem.experiments.update_sweep`); returns the results written to ``out/results.json``."""
     set_threads()
+    study = Study(cfg, out, progress)
+    if cfg.from_study is not None:
+        return run_sweep(cfg, out, study)
     if (out / "runs").exists():
         raise MlpmemError(f"{out} already holds a study (runs/): give another --out")
-    bench = generate(SyntheticConfig(**cfg.synthetic))
-    groups = entity_groups(bench, cfg)
-    qs = {g: questions_of(bench, ids, cfg.questions) for g, ids in groups.items()}
-    corpus = write_corpus(bench, set(groups["old"]), out / "data" / "base")
-    base = pipeline_run(cfg, out / "runs" / "updated", corpus, None, progress)
-    scorer = Scorer(bench, cfg, base.backbone)
+    groups, qs = study.groups, study.questions
+    corpus = write_corpus(study.bench, set(groups["old"]), out / "data" / "base")
+    base = study.open_run(out / "runs" / "updated", corpus)
+    scorer = study.scorer(base.backbone)
     maintenance = load_maintenance_config(overrides=cfg.maintenance)
     t0 = time.perf_counter()
     run_pipeline(base)
     timings = {"first_run_s": time.perf_counter() - t0}
+    shutil.copytree(base.dir, out / "runs" / FIRST)  # kept as it was, for later recipes (from_study)
     scores = {"before": {g: scorer.score(base, qs[g]) for g in ("old", "arriving", "forgotten", "held_out")}}
     variants = run_variants(cfg.update_variants, cfg.maintenance, base.dir, out,
-                            lambda folder: pipeline_run(cfg, folder, corpus, base.backbone, progress),
-                            lambda run, m: sum(_update_batches(bench, groups["arriving"], cfg, run, out, m)),
+                            lambda folder: study.open_run(folder, corpus), study.update,
                             lambda run: {g: scorer.score(run, qs[g]) for g in SCORED})
     for name, variant in variants.items():
         scores[step(name)] = variant.pop("scores")
-    timings["update_s"] = sum(_update_batches(bench, groups["arriving"], cfg, base, out, maintenance))
+    timings["update_s"] = study.update(base, maintenance)
     scores["updated"] = {g: scorer.score(base, qs[g]) for g in ("old", "arriving", "kept", "forgotten")}
-    scratch = pipeline_run(cfg, out / "runs" / "retrained", write_corpus(
-        bench, set(groups["old"]) | set(groups["arriving"]), out / "data" / "all"), base.backbone, progress)
+    scratch = study.open_run(out / "runs" / "retrained", write_corpus(
+        study.bench, set(groups["old"]) | set(groups["arriving"]), out / "data" / "all"))
     timings["retrain_s"] = retrain(scratch)
     core = scratch.timings()  # the stages' own measurements (recorded when a stage takes over a second)
     timings["retrain_core_s"] = sum(stage_seconds(core.get(k)) or 0.0 for k in ("keys_train", "teacher", "train"))
@@ -247,14 +280,14 @@ def run_study(cfg: UpdateStudyConfig, out: Path, progress: bool = True) -> dict:
     asked = qs["arriving"] + qs["old"]
     explained = own_document_rate(base, asked, {"correct": scores["updated"]["arriving"]["correct"] +
                                                  scores["updated"]["old"]["correct"]}, cfg.explain_questions)
-    names = [d["id"] for d in bench.documents["train"] if entity_of(d) in set(groups["forgotten"])]
+    names = [d["id"] for d in study.bench.documents["train"] if entity_of(d) in set(groups["forgotten"])]
     t0 = time.perf_counter()
     forget_run(base, names, maintenance)
     timings["forget_s"] = time.perf_counter() - t0
     scores["forgotten"] = {g: scorer.score(base, qs[g]) for g in ("forgotten", "kept", "held_out")}
     results = {**table_rows(scores, timings, explained, cfg),
                "details": {"config": cfg.to_dict(), "groups": {g: len(v) for g, v in groups.items()},
-                           "timings": timings, "explain": explained, "scores": _strip(scores),
+                           "timings": timings, "explain": explained, "scores": without_answers(scores),
                            "variants": variant_rows(scores, timings, variants)}}
     write_report(out, results)
     if cfg.docs_dir:
@@ -274,15 +307,18 @@ def _update_batches(bench, arriving: list[str], cfg: UpdateStudyConfig, run: Run
     return seconds
 
 
-def _strip(scores: dict) -> dict:
-    return {step: {g: {k: v for k, v in s.items() if k != "correct"} for g, s in by.items()}
-            for step, by in scores.items()}
-
-
 def cmd_update_study(args: argparse.Namespace) -> None:
     cfg = load_study_config(args.config, args.set)
     results = run_study(cfg, Path(args.out), progress=not args.quiet)
     for key, row in results.items():
-        if key != "details":
+        if key == "variants":  # a sweep (from_study)
+            for name, v in row.items():
+                print(f"{name}: added {_fmt(v['added'])} (>= 0.90), old kept {_fmt(v['old'])} (>= 0.95), "
+                      f"wall time {_fmt(v['cost'])} (<= 0.25)")
+        elif key != "details":
             print(f"{key}: {row['value']} (target {row['target']}) {'pass' if row['pass'] else 'FAIL'}")
     print(f"report: {Path(args.out) / 'report.md'}" + (f" (and {cfg.docs_dir})" if cfg.docs_dir else ""))
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"

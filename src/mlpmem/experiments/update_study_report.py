@@ -102,8 +102,24 @@ def variant_rows(scores: dict, timings: dict, variants: dict) -> dict:
     return out
 
 
+def without_answers(scores: dict) -> dict:
+    """``scores`` without the per-question ``correct`` lists (what results.json keeps)."""
+    return {step: {g: {k: v for k, v in s.items() if k != "correct"} for g, s in by.items()}
+            for step, by in scores.items()}
+
+
 def _delta(d: dict | None) -> str:
     return DASH if not d else f"{d['delta']:+.1f} [{d['ci95'][0]:+.1f}, {d['ci95'][1]:+.1f}]"
+
+
+VARIANT_HEADER = ["update", "overrides", "added vs retrained", "Δ points [95 % CI]", "old kept",
+                  "Δ points [95 % CI]", "wall time vs retrain"]
+VARIANT_TARGETS = "Targets as in the study's table: added >= 0.90, old kept >= 0.95, wall time <= 0.25."
+
+
+def _variant_cells(variants: dict) -> list[list[str]]:
+    return [[name, ", ".join(v["overrides"]), _cell(v["added"]), _delta(v["added_delta_points"]), _cell(v["old"]),
+             _delta(v["old_delta_points"]), _cell(v["cost"])] for name, v in variants.items()]
 
 
 def _variant_table(results: dict) -> str:
@@ -115,30 +131,48 @@ def _variant_table(results: dict) -> str:
                                              "cost_update_vs_retrain"))
     rows = [["the study's update", ", ".join(results["details"]["config"]["maintenance"]) or DASH,
              _cell(added["value"]), _delta(added.get("delta_points")), _cell(old["value"]),
-             _delta(old.get("delta_points")), _cell(cost["value"])]]
-    rows += [[name, ", ".join(v["overrides"]), _cell(v["added"]), _delta(v["added_delta_points"]), _cell(v["old"]),
-              _delta(v["old_delta_points"]), _cell(v["cost"])] for name, v in variants.items()]
-    table = markdown_table(["update", "overrides (after the study's)", "added vs retrained", "Δ points [95 % CI]",
-                            "old kept", "Δ points [95 % CI]", "wall time vs retrain"], rows)
-    return ("## Update variants (each on a copy of the first run, the same retrained memory)\n\n" + table +
-            "\n\nTargets as in the table above: added >= 0.90, old kept >= 0.95, wall time <= 0.25.\n\n")
+             _delta(old.get("delta_points")), _cell(cost["value"])], *_variant_cells(variants)]
+    return ("## Update variants (each on a copy of the first run, the same retrained memory)\n\n"
+            "Each variant's overrides apply after the study's `maintenance`.\n\n" +
+            markdown_table(VARIANT_HEADER, rows) + f"\n\n{VARIANT_TARGETS}\n\n")
+
+
+def write_sweep_report(out: Path, results: dict) -> None:
+    """``out/results.json`` and ``out/report.md`` of a study run with ``from_study`` (its variants only)."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "results.json", results)
+    details = results["details"]
+    cfg, source = details["config"], details["from_study"]
+    base = ", ".join(cfg["maintenance"]) or "the maintenance defaults"
+    text = (f"# Update recipes on the first run of `{source}`\n\n"
+            f"Written by `mlpmem update-study` with `from_study`: each recipe updates a copy of that study's first "
+            f"run (`runs/first`) with the same arriving documents ({base}, then the overrides below) and is "
+            f"compared with that study's retrained memory and with the first run before the update, all scored "
+            f"again on the same questions (multiple choice among {1 + cfg['distractors']} values, memory mixed at "
+            f"λ = {cfg['lam']}). Wall time is divided by the retraining measured in `{source}` "
+            f"({details['timings']['retrain_s']:.1f} s; same data, another process).\n\n"
+            f"{markdown_table(VARIANT_HEADER, _variant_cells(results['variants']))}\n\n{VARIANT_TARGETS}\n\n"
+            f"## QA per group and step (multiple choice %)\n\n{_score_table(details['scores'], ())}\n")
+    (out / "report.md").write_text(text)
 
 
 def _cell(value) -> str:
     return DASH if value is None else (f"{value:.3f}" if isinstance(value, float) else str(value))
 
 
-def _score_table(scores: dict) -> str:
+def _score_table(scores: dict, steps: tuple[str, ...] = STEPS) -> str:
+    """Multiple choice (/ EM) per group at ``steps`` and at every other step of ``scores`` (variants)."""
+    steps = (*steps, *(k for k in scores if k not in steps))
     groups = sorted({g for by in scores.values() for g in by})
     rows = []
     for group in groups:
         row = [group]
-        for step in STEPS:
+        for step in steps:
             s = scores.get(step, {}).get(group)
             row.append(DASH if s is None else f"{s['choice']:.1f}" + ("" if s.get("em") is None else
                                                                       f" / {s['em']:.1f}"))
         rows.append(row)
-    return markdown_table(["entities", *STEPS], rows)
+    return markdown_table(["entities", *steps], rows)
 
 
 def _notes(results: dict) -> str:

@@ -20,6 +20,8 @@ from mlpmem.maintenance.config import load_maintenance_config
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 SCORED = ("old", "arriving")
+FIRST = "first"
+"""The folder under ``<out>/runs`` where a study keeps its first run as it was before any update."""
 
 
 def check_variants(variants: dict) -> None:
