@@ -58,8 +58,8 @@ def run_sweep(cfg, out: Path, study) -> dict:
     first, retrained = (study.open_run(source / "runs" / f, corpus) for f in (FIRST, "retrained"))
     scorer = study.scorer(first.backbone)
     qs = study.questions
-    scores = {"before": {"old": scorer.score(first, qs["old"])},
-              "retrained": {g: scorer.score(retrained, qs[g]) for g in SCORED}}
+    scores = {"before": {"old": scorer.score(first, qs["old"])},  # what the rows compare with, no more
+              "retrained": {"arriving": scorer.score(retrained, qs["arriving"])}}
     variants = run_variants(cfg.update_variants, cfg.maintenance, first.dir, out,
                             lambda folder: study.open_run(folder, corpus), study.update,
                             lambda run: {g: scorer.score(run, qs[g]) for g in SCORED})
