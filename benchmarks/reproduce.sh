@@ -181,6 +181,17 @@ $M update-study $S --out runs/update-study-480-sweep --set "pipeline_set=[train.
   --set "synthetic.num_entities=480" --set questions=2000 --set "maintenance=[$LR,update.epochs=6]" \
   --set "update_variants={epochs-2: [update.epochs=2], epochs-4: [update.epochs=4], epochs-10: [update.epochs=10]}" \
   --set docs_dir=docs/results/update-480-sweep --quiet
+# every old position replayed (docs/results/update-480-replay3), then less replay on its kept first run, against
+# its retrained memory (from_study: nothing rebuilt; docs/results/update-480-replay1)
+$M update-study $S --out runs/update-study-480-replay3 --set "pipeline_set=[train.patience=null]" \
+  --set "synthetic.num_entities=480" --set questions=2000 \
+  --set "maintenance=[update.lr=0.001,update.replay_ratio=3,forget.replay_ratio=2,update.epochs=8]" \
+  --set "update_variants={r3-e6: [update.epochs=6]}" --set docs_dir=docs/results/update-480-replay3 --quiet
+$M update-study $S --out runs/update-sweep-480-replay1 --set "pipeline_set=[train.patience=null]" \
+  --set "synthetic.num_entities=480" --set questions=2000 \
+  --set "maintenance=[update.lr=0.001,update.replay_ratio=1,forget.replay_ratio=2]" \
+  --set "update_variants={r1-e8: [update.epochs=8], r1-e12: [update.epochs=12]}" \
+  --set from_study=runs/update-study-480-replay3 --set docs_dir=docs/results/update-480-replay1 --quiet
 # lm-eval scoring on the 480-entity study's retrained run (after its evaluation): one backbone pass for backbone,
 # memory and kNN-LM (docs/results/lm-eval-one-pass), bf16 against fp32 (docs/results/lm-eval-precision); and the
 # study's multiple-choice scorer with shared contexts (docs/results/choice-scoring)
@@ -190,8 +201,8 @@ $M bench lm-eval runs/update-study-480-lr/runs/retrained --methods backbone,memo
 cp runs/bench/lm-eval-one-pass/lm-eval-contexts.json docs/results/lm-eval-one-pass/results.json
 $M eval runs/update-study-480-sweep/runs/retrained/config.yaml
 $M bench lm-eval runs/update-study-480-sweep/runs/retrained --methods backbone,memory,knnlm --limit 20 --repeats 1 \
-  --compare-precision bf16 --docs runs/bench/lm-eval-precision
-cp runs/bench/lm-eval-precision/lm-eval-precision.json docs/results/lm-eval-precision/results.json
+  --compare-precision bf16 --docs runs/bench/lm-eval-precision-held
+cp runs/bench/lm-eval-precision-held/lm-eval-precision.json docs/results/lm-eval-precision/results.json
 python benchmarks/choice_scoring.py runs/update-study-480-lr/runs/retrained --questions 200 --entities 480 \
   --repeats 2 --out docs/results/choice-scoring
 # QA answers generated at fp32 and at bf16, on the 480-entity sweep's first run as the study left it (updated, then
