@@ -244,6 +244,16 @@ class Study:
     def scorer(self, backbone) -> Scorer:
         return Scorer(self.bench, self.cfg, backbone)
 
+    def variants(self, base_dir: Path, corpus: Path, scorer: Scorer, scores: dict) -> dict:
+        """The config's ``update_variants``, each updating a copy of the first run in ``base_dir`` and scored on the
+        groups of :data:`SCORED` (``scores[step(name)]``); their overrides and seconds by name."""
+        variants = run_variants(self.cfg.update_variants, self.cfg.maintenance, base_dir, self.out,
+                                lambda folder: self.open_run(folder, corpus), self.update,
+                                lambda run: {g: scorer.score(run, self.questions[g]) for g in SCORED})
+        for name, variant in variants.items():
+            scores[step(name)] = variant.pop("scores")
+        return variants
+
 
 def run_study(cfg: UpdateStudyConfig, out: Path, progress: bool = True) -> dict:
     """Every step of the module docstring (with ``from_study``, the variants alone:
@@ -264,11 +274,7 @@ def run_study(cfg: UpdateStudyConfig, out: Path, progress: bool = True) -> dict:
     timings = {"first_run_s": time.perf_counter() - t0}
     shutil.copytree(base.dir, out / "runs" / FIRST)  # kept as it was, for later recipes (from_study)
     scores = {"before": {g: scorer.score(base, qs[g]) for g in ("old", "arriving", "forgotten", "held_out")}}
-    variants = run_variants(cfg.update_variants, cfg.maintenance, base.dir, out,
-                            lambda folder: study.open_run(folder, corpus), study.update,
-                            lambda run: {g: scorer.score(run, qs[g]) for g in SCORED})
-    for name, variant in variants.items():
-        scores[step(name)] = variant.pop("scores")
+    variants = study.variants(base.dir, corpus, scorer, scores)
     timings["update_s"] = study.update(base, maintenance)
     scores["updated"] = {g: scorer.score(base, qs[g]) for g in ("old", "arriving", "kept", "forgotten")}
     scratch = study.open_run(out / "runs" / "retrained", write_corpus(

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from mlpmem.errors import ConfigError
 from mlpmem.experiments.update_study_report import variant_rows, without_answers, write_sweep_report
-from mlpmem.experiments.update_variants import FIRST, SCORED, run_variants, step
+from mlpmem.experiments.update_variants import FIRST
 from mlpmem.utils.shards import read_json
 
 SAME_DATA = ("pipeline", "pipeline_set", "synthetic", "arriving_fraction", "batches", "seed")
@@ -48,9 +48,8 @@ def finished_study(cfg) -> tuple[Path, dict]:
 
 
 def run_sweep(cfg, out: Path, study) -> dict:
-    """The variants of ``cfg`` on the first run of ``cfg.from_study`` (see the module docstring); ``study`` gives
-    the study's building blocks (``groups(bench)``, ``questions``, ``open_run(folder, corpus)``, ``update``,
-    ``scorer(backbone)``, ``bench``); returns the results written to ``out/results.json``."""
+    """The variants of ``cfg`` on the first run of ``cfg.from_study`` (see the module docstring); ``study``: the
+    study's :class:`~mlpmem.experiments.update_study.Study`; returns the results written to ``out/results.json``."""
     source, earlier = finished_study(cfg)
     if (out / "runs").exists():
         raise ConfigError(f"{out} already holds a study (runs/): give another --out")
@@ -60,11 +59,7 @@ def run_sweep(cfg, out: Path, study) -> dict:
     qs = study.questions
     scores = {"before": {"old": scorer.score(first, qs["old"])},  # what the rows compare with, no more
               "retrained": {"arriving": scorer.score(retrained, qs["arriving"])}}
-    variants = run_variants(cfg.update_variants, cfg.maintenance, first.dir, out,
-                            lambda folder: study.open_run(folder, corpus), study.update,
-                            lambda run: {g: scorer.score(run, qs[g]) for g in SCORED})
-    for name, variant in variants.items():
-        scores[step(name)] = variant.pop("scores")
+    variants = study.variants(first.dir, corpus, scorer, scores)
     timings = {"retrain_s": earlier["details"]["timings"]["retrain_s"]}
     results = {"variants": variant_rows(scores, timings, variants),
                "details": {"config": cfg.to_dict(), "from_study": str(source), "timings": timings,
