@@ -3,21 +3,16 @@ import torch
 
 from helpers.tiny import tiny_backbone
 from mlpmem.backbone import (
-    BackboneConfig,
     KeyHook,
-    autocast,
     check_fingerprint,
-    compute_device,
     decoder_layers,
     extract_keys,
     fingerprint,
-    inference_scope,
     load_backbone,
-    model_device,
     output_logits,
     resolve_layer,
-    resolve_precision,
 )
+from mlpmem.compute import model_device
 from mlpmem.errors import ConfigError, FingerprintMismatch, MlpmemError
 
 
@@ -95,56 +90,11 @@ def test_load_local_folder_and_missing(tiny_backbone_dir, tmp_path):
         load_backbone(str(tmp_path / "nope"))
 
 
-@pytest.mark.parametrize("native", [True, False])
-def test_auto_precision_is_bf16_only_on_hardware_with_native_bf16(native, monkeypatch):
-    monkeypatch.setattr("mlpmem.backbone.cpu_has_native_bf16", lambda: native)
-    assert resolve_precision("auto", "cpu") == ("bf16" if native else "fp32")
-    assert resolve_precision("fp32", "cpu") == "fp32" and resolve_precision("bf16", "cpu") == "bf16"
-    with pytest.raises(ConfigError, match="precision"):
-        resolve_precision("fp16", "cpu")
-
-
-def test_device_names_are_validated_and_auto_follows_the_launcher(monkeypatch):
-    for bad in ("gpu", "cuda:x", "", 0):
-        with pytest.raises(ConfigError, match="device must be"):
-            BackboneConfig(device=bad)
-    assert BackboneConfig(device="cuda:1").device == "cuda:1"  # a name is valid anywhere; its use is checked
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert compute_device("auto") == torch.device("cpu")
-    with pytest.raises(ConfigError, match="no CUDA device"):
-        compute_device("cuda")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    monkeypatch.setenv("LOCAL_RANK", "3")  # rank 3 of a launch on a machine with 2 GPUs
-    assert compute_device("auto") == torch.device("cuda", 1)
-
-
 def test_inputs_on_the_cpu_reach_a_model_wherever_it_is(tiny_llama):
     assert model_device(tiny_llama) == torch.device("cpu")
     assert model_device(torch.nn.ReLU()) == torch.device("cpu")  # no parameters: the CPU
     keys = extract_keys(tiny_llama, _ids(tiny_llama.config.vocab_size).to(torch.int32).long(), layer=-1)
     assert keys.device == model_device(tiny_llama)
-
-
-def test_inference_scope_keeps_autocast_and_its_weight_casts_open_between_calls(monkeypatch):
-    """Inner autocast contexts nest in the scope: torch clears its cache of cast weights only when the scope
-    exits, once, and the cached casts give the same logits as casting at every call."""
-    model, ids = tiny_backbone(), torch.arange(1, 9)[None]
-    with torch.no_grad(), autocast(model, "bf16"):
-        per_call = model(input_ids=ids).logits
-    clears = []
-    real_clear = torch.clear_autocast_cache
-    monkeypatch.setattr(torch, "clear_autocast_cache", lambda: clears.append(1) or real_clear())
-    with inference_scope(model, "bf16"):
-        for _ in range(3):
-            with autocast(model, "bf16"):
-                held = model(input_ids=ids).logits
-            assert torch.is_autocast_enabled("cpu") and not torch.is_grad_enabled()
-        assert not clears
-    assert len(clears) == 1 and not torch.is_autocast_enabled("cpu")
-    assert torch.equal(held, per_call)
-    with inference_scope(model, "fp32"):
-        assert not torch.is_autocast_enabled("cpu")
 
 
 def test_the_lm_head_runs_in_fp32_inside_autocast_too():

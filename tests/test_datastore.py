@@ -77,7 +77,7 @@ def test_bf16_store_is_close_to_fp32_and_records_precision(docs, tiny_llama, tin
 
 
 def test_auto_precision_store_records_what_ran(docs, tiny_llama, tiny_tokenizer, tmp_path, monkeypatch):
-    monkeypatch.setattr("mlpmem.backbone.cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr("mlpmem.compute.cpu_has_native_bf16", lambda: False)
     build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "auto", precision="auto", **KW)
     build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "fp32", **KW)
     assert KeyStore(tmp_path / "auto").manifest["precision"] == "fp32"

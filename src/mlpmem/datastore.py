@@ -27,20 +27,16 @@ from tqdm.auto import tqdm
 
 from mlpmem.backbone import (
     KeyHook,
-    autocast,
     base_model,
     check_fingerprint,
-    check_precision,
     document_mask,
     extract_keys,
     fingerprint,
-    inference_scope,
-    model_device,
     output_logits,
     packing_unsupported,
     resolve_layer,
-    resolve_precision,
 )
+from mlpmem.compute import autocast, check_precision, inference_scope, model_device, resolve_precision
 from mlpmem.corpora.documents import (
     Window,
     Windows,
@@ -77,7 +73,7 @@ class EncodedBatch:
 def pad_windows(token_docs: Sequence[np.ndarray], windows: Sequence[Window], pad_id: int = 0,
                 device: torch.device | str = "cpu"):
     """Right-padded ``input_ids`` and ``attention_mask`` ``(B, T)`` of a batch of windows, on ``device`` (the
-    model's: :func:`~mlpmem.backbone.model_device`)."""
+    model's: :func:`~mlpmem.compute.model_device`)."""
     length = max(w.end - w.start for w in windows)
     input_ids = torch.full((len(windows), length), pad_id, dtype=torch.long)
     mask = torch.zeros((len(windows), length), dtype=torch.long)

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from mlpmem.backbone import model_device
+from mlpmem.compute import model_device
 from mlpmem.config import Config
 from mlpmem.datastore import KeyStore
 from mlpmem.errors import ConfigError

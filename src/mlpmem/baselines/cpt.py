@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from mlpmem.backbone import model_device
+from mlpmem.compute import model_device
 from mlpmem.config import Config
 from mlpmem.corpora.documents import Document, tokenize_documents
 from mlpmem.errors import ConfigError

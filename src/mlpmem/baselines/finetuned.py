@@ -114,6 +114,6 @@ def load_finetuned(method: str, folder: str | Path, backbone: tuple) -> nn.Modul
             raise FingerprintMismatch(f"weights={folder} are for another backbone than {expected['name']!r}: "
                                       f"{key} {actual[key]} vs {expected[key]}")
     # eval mode; the parameters keep requires_grad (scoring runs under no_grad) so that bf16 autocast can keep
-    # their cast copies for a whole scoring call (mlpmem.backbone.inference_scope)
+    # their cast copies for a whole scoring call (mlpmem.compute.inference_scope)
     loaded.eval()
     return loaded

@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from mlpmem.backbone import model_device
+from mlpmem.compute import model_device
 from mlpmem.errors import MlpmemError
 from mlpmem.experiments.ablation import run_study, study_table, write_study_report
 from mlpmem.inference.augmented_lm import MemoryAugmentedLM

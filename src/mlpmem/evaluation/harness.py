@@ -48,7 +48,7 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.tasks import TaskManager
 from lm_eval.utils import handle_non_serializable, make_table
 
-from mlpmem.backbone import inference_scope, model_device, resolve_precision
+from mlpmem.compute import inference_scope, model_device, resolve_precision
 from mlpmem.errors import ConfigError
 from mlpmem.evaluation.methods import METHODS, MethodArgs, build_model
 from mlpmem.evaluation.shared_context import forward_on_cache, shared_context_loglikelihood, shared_groups

@@ -13,9 +13,9 @@
     ``mlpmem mosaics train``) through the Auto classes, with the tokenizer saved in it.
 
 Every method reads ``precision=``: ``fp32`` (default), ``bf16`` (every model call under bf16 autocast, the weights
-staying fp32 and cast once per scoring call, :func:`~mlpmem.backbone.inference_scope`; the returned logits fp32)
+staying fp32 and cast once per scoring call, :func:`~mlpmem.compute.inference_scope`; the returned logits fp32)
 or ``auto`` (bf16 where the hardware computes it natively,
-:func:`~mlpmem.backbone.resolve_precision`).
+:func:`~mlpmem.compute.resolve_precision`).
 
 Every misuse is a one-line :class:`~mlpmem.errors.ConfigError`, before anything loads: an unknown method, a
 missing source (``run=`` / ``pretrained=``) or ``weights=``, a precision other than those three, and an option
@@ -33,10 +33,11 @@ from pathlib import Path
 
 from torch import nn
 
-from mlpmem.backbone import autocast, check_precision, load_backbone
+from mlpmem.backbone import load_backbone
 from mlpmem.baselines.finetuned import load_finetuned
 from mlpmem.baselines.methods import MethodOptions, build_method
 from mlpmem.baselines.rag import RAG, RAGConfig
+from mlpmem.compute import autocast, check_precision
 from mlpmem.corpora.documents import read_documents, split_files
 from mlpmem.errors import ConfigError, CorpusError
 from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM

@@ -27,7 +27,8 @@ import torch.nn.functional as F
 from lm_eval.models.huggingface import HFLM
 from lm_eval.utils import simple_parse_args_string
 
-from mlpmem.backbone import KeyHook, autocast, inference_scope
+from mlpmem.backbone import KeyHook
+from mlpmem.compute import autocast, inference_scope
 from mlpmem.errors import ConfigError
 from mlpmem.evaluation.methods import MethodArgs, build_model
 from mlpmem.evaluation.shared_context import forward_on_cache, shared_context_loglikelihood, shared_groups

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from mlpmem.backbone import model_device
+from mlpmem.compute import model_device
 
 Forward = Callable[..., tuple[torch.Tensor, object]]
 """``forward(input_ids, past, last_only) -> (logits (B, T, V) or (M, B, T, V), cache)``: the model in its mixing

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlpmem.backbone import resolve_precision
+from mlpmem.compute import resolve_precision
 from mlpmem.corpora.shakespeare import download_shakespeare, read_shakespeare_archive
 from mlpmem.datastore import KeyStore, build_keystore
 from mlpmem.errors import ConfigError

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from mlpmem.backbone import KeyHook, autocast, model_device
+from mlpmem.backbone import KeyHook
+from mlpmem.compute import autocast, model_device
 from mlpmem.corpora.documents import doc_start_token
 from mlpmem.datastore import KeyStore
 from mlpmem.errors import MlpmemError

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mlpmem.backbone import model_device
+from mlpmem.compute import model_device
 from mlpmem.datastore import KeyStore
 from mlpmem.errors import CorruptArtifact
 from mlpmem.maintenance.config import TuneConfig

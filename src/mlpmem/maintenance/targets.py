@@ -25,7 +25,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from mlpmem.backbone import base_model, inference_scope, model_device, output_logits
+from mlpmem.backbone import base_model, output_logits
+from mlpmem.compute import inference_scope, model_device
 from mlpmem.corpora.documents import make_windows
 from mlpmem.datastore import pad_windows
 from mlpmem.distil import distilled_rows

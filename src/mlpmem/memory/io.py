@@ -22,7 +22,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-from mlpmem.backbone import check_fingerprint, fingerprint, model_device
+from mlpmem.backbone import check_fingerprint, fingerprint
+from mlpmem.compute import model_device
 from mlpmem.errors import ConfigError, CorruptArtifact
 from mlpmem.memory.config import MemoryConfig
 from mlpmem.memory.init import tie_to_backbone

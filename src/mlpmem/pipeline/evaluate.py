@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mlpmem.backbone import KeyHook, compute_device, model_device, resolve_precision
+from mlpmem.backbone import KeyHook
+from mlpmem.compute import compute_device, model_device, resolve_precision
 from mlpmem.corpora.documents import document_lengths, make_windows
 from mlpmem.datastore import KeyStore, pad_windows
 from mlpmem.inference.perplexity import best_lambda, lambda_curve, perplexity, tokens_for_masses

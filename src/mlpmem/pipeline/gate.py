@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mlpmem.backbone import autocast, base_model, model_device, output_logits
+from mlpmem.backbone import base_model, output_logits
+from mlpmem.compute import autocast, model_device
 from mlpmem.corpora.documents import corpus_hash, document_lengths, make_windows
 from mlpmem.datastore import KeyStore, pad_windows
 from mlpmem.errors import CorruptArtifact, MlpmemError

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from mlpmem.backbone import SHIPPED_MODELS, compute_device, load_backbone
+from mlpmem.backbone import SHIPPED_MODELS, load_backbone
+from mlpmem.compute import compute_device
 from mlpmem.errors import ConfigError, MlpmemError
 from mlpmem.layout import RunLayout, is_written
 from mlpmem.utils.distributed import launched_rank

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mlpmem.backbone import decoder_layers, model_device, resolve_precision
+from mlpmem.backbone import decoder_layers
+from mlpmem.compute import model_device, resolve_precision
 from mlpmem.datastore import KeyStore
 from mlpmem.layout import RunLayout, is_train_written
 from mlpmem.memory import MemoryConfig, MLPMemory, init_from_backbone, init_identity, tie_to_backbone

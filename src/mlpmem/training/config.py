@@ -50,7 +50,7 @@ class TrainConfig(Config):
     sharded (FSDP) path always uses the latter."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """``bf16`` (autocast: bf16 matmuls in the forward, fp32 weights, loss and optimizer), ``fp32``, or ``auto``:
-    bf16 only where the hardware computes it natively (:func:`mlpmem.backbone.resolve_precision`)."""
+    bf16 only where the hardware computes it natively (:func:`mlpmem.compute.resolve_precision`)."""
     checkpoint_every: int = 200
     """Steps between checkpoints (and always at the end of an epoch)."""
     eval_lambdas: list[float] = field(default_factory=lambda: [round(0.05 * i, 2) for i in range(21)])

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mlpmem.backbone import model_device
+from mlpmem.compute import model_device
 from mlpmem.distil import averaged_probs
 from mlpmem.inference.perplexity import best_lambda, lambda_curve, perplexity, tokens_for_mass
 from mlpmem.memory.model import MLPMemory

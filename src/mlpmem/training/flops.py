@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from mlpmem.backbone import sync_device
+from mlpmem.compute import sync_device
 from mlpmem.memory.model import MLPMemory
 from mlpmem.training.config import TrainConfig
 from mlpmem.training.data import TrainData

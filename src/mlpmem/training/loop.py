@@ -27,7 +27,7 @@ from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list
 from tqdm.auto import tqdm
 
-from mlpmem.backbone import autocast, resolve_precision
+from mlpmem.compute import autocast, resolve_precision
 from mlpmem.errors import ConfigError
 from mlpmem.memory.model import MLPMemory
 from mlpmem.training.checkpoint import flat_moments, load_checkpoint, recover_checkpoint, save_checkpoint

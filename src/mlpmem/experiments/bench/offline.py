@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mlpmem.backbone import compute_device, inference_scope, model_device, resolve_precision, synchronize
+from mlpmem.compute import compute_device, inference_scope, model_device, resolve_precision, synchronize
 from mlpmem.config import Config
 from mlpmem.corpora.documents import document_lengths, make_windows
 from mlpmem.datastore import KeyStore, encode_windows, pad_windows

@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mlpmem.backbone import load_backbone, resolve_layer, resolve_precision
+from mlpmem.backbone import load_backbone, resolve_layer
+from mlpmem.compute import resolve_precision
 from mlpmem.config import Config
 from mlpmem.corpora.documents import Document, Windows, make_windows, tokenize_documents
 from mlpmem.datastore import encode_windows, packing_check, window_batches

@@ -21,7 +21,7 @@ from accelerate import Accelerator
 from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
-from mlpmem.backbone import model_device
+from mlpmem.compute import model_device
 from mlpmem.errors import ConfigError, CorruptArtifact
 from mlpmem.experiments.mosaics.config import TrainSection
 from mlpmem.experiments.mosaics.data import (

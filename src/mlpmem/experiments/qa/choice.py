@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from mlpmem.backbone import model_device
+from mlpmem.compute import model_device
 from mlpmem.evaluation.shared_context import forward_on_cache, shared_context_loglikelihood, shared_groups
 from mlpmem.inference.prompts import qa_prompt
 

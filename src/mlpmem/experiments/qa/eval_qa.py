@@ -26,8 +26,8 @@ from typing import Literal
 import torch
 from tqdm.auto import tqdm
 
-from mlpmem.backbone import autocast, model_device
 from mlpmem.baselines.methods import METHODS, MethodOptions, build_method, closed_book_prompts
+from mlpmem.compute import autocast, model_device
 from mlpmem.config import Config
 from mlpmem.corpora.documents import doc_start_token, read_documents
 from mlpmem.errors import ConfigError, CorpusError
@@ -43,7 +43,7 @@ class GenerationConfig(Config):
     batch_size: int = 16
     precision: Literal["fp32", "bf16", "auto"] = "fp32"
     """``fp32``, ``bf16`` (every decoding step under bf16 autocast, weights fp32) or ``auto`` (bf16 where the
-    hardware computes it natively; :func:`~mlpmem.backbone.resolve_precision`)."""
+    hardware computes it natively; :func:`~mlpmem.compute.resolve_precision`)."""
 
     def validate(self) -> None:
         if self.max_new_tokens < 1 or self.batch_size < 1:

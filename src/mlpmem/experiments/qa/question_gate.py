@@ -24,7 +24,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from mlpmem.backbone import KeyHook, model_device
+from mlpmem.backbone import KeyHook
+from mlpmem.compute import model_device
 from mlpmem.errors import MlpmemError
 from mlpmem.inference.augmented_lm import MemoryAugmentedLM
 from mlpmem.inference.gate import Gate, gate_features

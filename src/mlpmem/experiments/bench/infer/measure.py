@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from mlpmem.backbone import model_device, synchronize
+from mlpmem.compute import model_device, synchronize
 from mlpmem.experiments.bench.common import summarize, unique_param_bytes
 from mlpmem.experiments.bench.infer.config import InferBenchConfig
 from mlpmem.inference.augmented_lm import mix_logits

@@ -7,8 +7,9 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from mlpmem.backbone import compute_device, load_backbone, model_device
+from mlpmem.backbone import load_backbone
 from mlpmem.baselines.methods import MethodOptions, build_method, knnlm_chosen, run_results
+from mlpmem.compute import compute_device, model_device
 from mlpmem.experiments.bench.common import threads, write_text
 from mlpmem.experiments.bench.infer.config import BATCH1_ONLY, FALLBACK_LAMBDA, InferBenchConfig
 from mlpmem.experiments.bench.infer.ladder import bf16_quality, memory_variants
