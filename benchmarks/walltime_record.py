@@ -6,7 +6,7 @@ import os
 import re
 from pathlib import Path
 
-from mlpmem.backbone import cpu_has_native_bf16
+from mlpmem.compute import cpu_has_native_bf16
 from mlpmem.experiments.bench.infer.measure import machine
 
 
