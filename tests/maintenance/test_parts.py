@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from mlpmem.errors import MlpmemError
+from mlpmem.errors import ConfigError, MlpmemError
 from mlpmem.maintenance.documents import Holdings, doc_id, read_new_documents
-from mlpmem.maintenance.finetune import replay_sample, widen_head
+from mlpmem.maintenance.finetune import replay_rows, replay_sample, widen_head
 from mlpmem.maintenance.targets import fold_label, pure_label, restrict_to_head
 from mlpmem.maintenance.transaction import Pending, recover
 from mlpmem.memory import MemoryConfig, MLPMemory, tie_to_backbone
@@ -108,3 +108,17 @@ def test_a_commit_is_completed_after_a_kill(tmp_path):
     assert (run / "manifest.json").read_text() == "new" and (run / "memory" / "w").read_text() == "new"
     assert not (run / "stale").exists() and not pending.root.exists()
     assert recover(run, run / "maintenance") is False
+
+
+def test_replay_rows_once_or_a_share_per_epoch():
+    from mlpmem.maintenance.config import TuneConfig
+    from mlpmem.training.data import EpochRows
+
+    once, plan = replay_rows(np.arange(100), 10, TuneConfig(replay_ratio=2, epochs=3), seed=0)
+    assert len(once) == 20 and plan is None  # one sample, every staged row every epoch
+    fresh, plan = replay_rows(np.arange(100), 10, TuneConfig(replay_ratio=2, epochs=3, replay_draw="epoch"), seed=0)
+    assert len(set(fresh.tolist())) == 60 and plan == EpochRows(fixed=10, draw=20)
+    capped, _ = replay_rows(np.arange(30), 10, TuneConfig(replay_ratio=2, epochs=3, replay_draw="epoch"), seed=0)
+    assert capped.tolist() == list(range(30))
+    with pytest.raises(ConfigError, match="replay_draw"):
+        TuneConfig(replay_draw="always")

@@ -1,3 +1,5 @@
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -5,7 +7,7 @@ import torch
 from mlpmem.errors import ConfigError, CorruptArtifact
 from mlpmem.memory import MemoryConfig, MLPMemory
 from mlpmem.training.config import TrainConfig
-from mlpmem.training.data import EvalData, TrainData, epoch_order
+from mlpmem.training.data import EpochRows, EvalData, TrainData, epoch_order
 from mlpmem.training.loop import train_memory
 from mlpmem.training.optim import lr_at
 from mlpmem.training.selection import is_eval_step, kept_evaluation
@@ -87,6 +89,28 @@ def test_schedule_and_order():
     assert lrs[0] < lrs[9] == pytest.approx(1.0) and lrs[-1] == pytest.approx(0.1, abs=1e-3)
     assert np.array_equal(epoch_order(50, 0, 1), epoch_order(50, 0, 1))
     assert not np.array_equal(epoch_order(50, 0, 1), epoch_order(50, 0, 2))
+
+
+def test_epoch_rows_keep_the_fixed_rows_and_walk_through_the_pool():
+    plan, n = EpochRows(fixed=5, draw=4), 17  # a pool of 12: three epochs draw every pool row once
+    epochs = [plan.order(n, 0, e) for e in range(6)]
+    assert all(len(rows) == plan.per_epoch(n) == 9 for rows in epochs)
+    assert all(set(range(5)) <= set(rows.tolist()) for rows in epochs)
+    drawn = [sorted(set(rows.tolist()) - set(range(5))) for rows in epochs]
+    assert sorted(sum(drawn[:3], [])) == list(range(5, 17)) == sorted(sum(drawn[3:], []))
+    assert drawn[:3] != drawn[3:]  # the second pass over the pool is another permutation
+    assert np.array_equal(plan.order(n, 0, 4), epochs[4]) and not np.array_equal(plan.order(n, 1, 4), epochs[4])
+    assert sorted(EpochRows(fixed=5, draw=40).order(n, 0, 3).tolist()) == list(range(n))  # draw capped by the pool
+
+
+def test_an_epoch_plan_sets_the_steps_of_an_epoch(tmp_path):
+    data, val = _data()
+    n = len(data.targets)
+    cfg = TrainConfig(epochs=2, batch_size=64, lr=1e-3, eval_every=None, precision="fp32")
+    planned = TrainData(data.keys, data.targets, data.teacher_ids, data.teacher_probs, data.teacher_residual,
+                        plan=EpochRows(fixed=n // 4, draw=n // 4))
+    state = train_memory(_memory(), planned, val, cfg, tmp_path, progress=False)
+    assert state["step"] == 2 * math.ceil((n // 2) / 64)
 
 
 @pytest.mark.parametrize("bad", [dict(alpha=1.2), dict(eval_lambdas=[2.0]), dict(epochs=0), dict(precision="fp16")])

@@ -24,6 +24,11 @@ class TuneConfig(Config):
     replay_ratio: float = 1.0
     """Old positions replayed per changed position (new or forgotten), sampled uniformly without replacement,
     so that the memory keeps what it knew; 0: no replay."""
+    replay_draw: Literal["once", "epoch"] = "once"
+    """``once``: one replay sample, visited every epoch; ``epoch``: every epoch draws its own ``replay_ratio`` old
+    positions per changed one, walking through a sample of ``replay_ratio x epochs`` per changed position (all
+    the old positions if fewer), so that the epochs together rehearse as much of the old data as they can at the
+    same cost per epoch."""
     epochs: int = 2
     """Passes over the changed positions plus their replay sample."""
     lr: float = 3e-4

@@ -25,7 +25,7 @@ from mlpmem.memory.vocab import index_of
 from mlpmem.pipeline.records import record_memory
 from mlpmem.pipeline.run import Run
 from mlpmem.training.config import TrainConfig
-from mlpmem.training.data import EvalData, TrainData
+from mlpmem.training.data import EpochRows, EvalData, TrainData
 from mlpmem.training.loop import train_memory
 from mlpmem.utils.shards import load_array, read_json, save_array, write_json
 
@@ -43,6 +43,17 @@ def replay_sample(candidates: np.ndarray, count: int, seed: int) -> np.ndarray:
     return np.sort(rng.choice(np.asarray(candidates, np.int64), size=count, replace=False))
 
 
+def replay_rows(candidates: np.ndarray, changed: int, cfg: TuneConfig,
+                seed: int) -> tuple[np.ndarray, EpochRows | None]:
+    """The old rows to stage after ``changed`` changed positions, and which staged rows each epoch visits: all of
+    them (``replay_draw: once``, one sample every epoch: None) or the changed ones and a fresh share of a larger
+    sample (``epoch``)."""
+    per_epoch = round(cfg.replay_ratio * changed)
+    if cfg.replay_draw == "once":
+        return replay_sample(candidates, per_epoch, seed), None
+    return replay_sample(candidates, per_epoch * cfg.epochs, seed), EpochRows(changed, per_epoch)
+
+
 @dataclass
 class TuneSet:
     """The rows an operation fine-tunes on: keys (n, d), next tokens (n,), sparse targets (n, K)."""
@@ -52,27 +63,32 @@ class TuneSet:
     ids: np.ndarray
     probs: np.ndarray
     residual: np.ndarray
+    plan: EpochRows | None = None
+    """Which rows each epoch visits; None: all of them."""
 
     def __len__(self) -> int:
         return len(self.targets)
 
     @classmethod
-    def concat(cls, parts: list[TuneSet]) -> TuneSet:
-        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in FIELDS))
+    def concat(cls, parts: list[TuneSet], plan: EpochRows | None = None) -> TuneSet:
+        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in FIELDS), plan=plan)
 
     def save(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         files = {f: save_array(folder, f"tune-{f}.npy", getattr(self, f).astype(DTYPES[f])) for f in FIELDS}
-        write_json(folder / TUNE_SET, {"rows": len(self), "files": files})
+        plan = None if self.plan is None else dataclasses.asdict(self.plan)
+        write_json(folder / TUNE_SET, {"rows": len(self), "files": files, "plan": plan})
 
     @classmethod
     def load(cls, folder: Path) -> TuneSet | None:
         """The staged set, memory-mapped, or None when none was completed (or it fails its checksums)."""
         if not (folder / TUNE_SET).is_file():
             return None
-        files = read_json(folder / TUNE_SET, "staged fine-tuning rows")["files"]
+        record = read_json(folder / TUNE_SET, "staged fine-tuning rows")
+        plan = None if record.get("plan") is None else EpochRows(**record["plan"])
         try:
-            return cls(*(load_array(folder, files[f], True, "staged fine-tuning rows") for f in FIELDS))
+            return cls(*(load_array(folder, record["files"][f], True, "staged fine-tuning rows") for f in FIELDS),
+                       plan=plan)
         except CorruptArtifact:
             return None
 
@@ -120,7 +136,7 @@ def tune(run: Run, memory: MLPMemory, rows: TuneSet, cfg: TuneConfig, alpha: flo
     """Fine-tune ``memory`` in place on ``rows`` (resumes from the checkpoint in ``out_dir``); the trainer state."""
     vocab_size = int(memory.config.vocab_size)
     head_index = None if memory.vocab_ids is None else index_of(memory.vocab_ids.cpu().numpy(), vocab_size)
-    data = TrainData(rows.keys, rows.targets, rows.ids, rows.probs, rows.residual, head_index)
+    data = TrainData(rows.keys, rows.targets, rows.ids, rows.probs, rows.residual, head_index, rows.plan)
     spec = {"operation": plan_id, **run.cfg.memory.to_dict()}
     return train_memory(memory, data, validation_data(run), tune_config(run, cfg, alpha), out_dir, run.progress,
                         memory_spec=spec)

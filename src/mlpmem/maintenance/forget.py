@@ -26,7 +26,7 @@ from mlpmem.corpora.tokens import open_tokens
 from mlpmem.errors import MlpmemError
 from mlpmem.maintenance.config import MaintenanceConfig
 from mlpmem.maintenance.documents import Holdings, texts_of
-from mlpmem.maintenance.finetune import TuneSet, load_memory, replay_sample, save_staged_memory, tune
+from mlpmem.maintenance.finetune import TuneSet, load_memory, replay_rows, save_staged_memory, tune
 from mlpmem.maintenance.ledger import next_seq, operation
 from mlpmem.maintenance.operation import (
     Operation,
@@ -213,13 +213,12 @@ def _tune_rows(op: Operation, held: Holdings, drop: list[int], gone: np.ndarray,
     lost = np.flatnonzero(gone)
     keys, values = op.store.rows("keys")[lost], op.store.rows("values")[lost]
     forgotten = pure_label(_forgotten_targets(op, held, drop, keys, view, index, cfg.forget.target, head_ids))
-    replay = replay_sample(np.arange(view.num_rows), round(cfg.forget.replay_ratio * len(lost)),
-                           cfg.seed * 1009 + seq)
+    replay, plan = replay_rows(np.arange(view.num_rows), len(lost), cfg.forget, cfg.seed * 1009 + seq)
     targets = ShardView(teacher, 0, "teacher")
     kept_values = view.rows("values")[replay]
     kept = fold_label(teacher_rows_at(targets, replay), kept_values, op.run.cfg.train.alpha)
     return TuneSet.concat([TuneSet(keys, values, *forgotten),
-                           TuneSet(view.rows("keys")[replay], kept_values, *kept)])
+                           TuneSet(view.rows("keys")[replay], kept_values, *kept)], plan)
 
 
 def _texts(op: Operation, held: Holdings, drop: list[int]):

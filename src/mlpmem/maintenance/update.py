@@ -26,7 +26,7 @@ from mlpmem.maintenance.documents import NewDocument, entry, read_new_documents
 from mlpmem.maintenance.finetune import (
     TuneSet,
     load_memory,
-    replay_sample,
+    replay_rows,
     save_staged_memory,
     tune,
     widen_head,
@@ -187,12 +187,13 @@ def _tune_rows(view: ShardView, teacher: list[Shard], n_old_shards: int, cfg: Ma
     the memory ``before`` the update."""
     first_new = int(view.offsets[n_old_shards])
     new = np.arange(first_new, view.num_rows)
-    replay = replay_sample(np.arange(first_new), round(cfg.update.replay_ratio * len(new)), cfg.seed * 1009 + seq)
+    replay, plan = replay_rows(np.arange(first_new), len(new), cfg.update, cfg.seed * 1009 + seq)
     targets = ShardView(teacher, 0, "teacher")
     keys, values = view.rows("keys"), view.rows("values")
     if cfg.update.replay_targets == "teacher":
         rows = np.concatenate([new, replay])
-        return TuneSet(keys[rows], values[rows], *teacher_rows_at(targets, rows))
+        return TuneSet(keys[rows], values[rows], *teacher_rows_at(targets, rows), plan=plan)
     taught = fold_label(teacher_rows_at(targets, new), values[new], alpha)
     kept = pure_label(memory_rows(before, keys[replay], targets.rows("ids").shape[1]))
-    return TuneSet.concat([TuneSet(keys[new], values[new], *taught), TuneSet(keys[replay], values[replay], *kept)])
+    return TuneSet.concat([TuneSet(keys[new], values[new], *taught), TuneSet(keys[replay], values[replay], *kept)],
+                          plan)

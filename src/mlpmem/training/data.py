@@ -29,6 +29,18 @@ class TrainData:
     teacher_residual: np.ndarray  # (N,) fp32
     head_index: np.ndarray | None = None
     """(V,) full token id -> row of a corpus head (:func:`mlpmem.memory.vocab.index_of`); None: a full head."""
+    plan: EpochRows | None = None
+    """Which rows an epoch visits; None: every row."""
+
+    @property
+    def rows_per_epoch(self) -> int:
+        return len(self.targets) if self.plan is None else self.plan.per_epoch(len(self.targets))
+
+    def epoch_order(self, seed: int, epoch: int) -> np.ndarray:
+        """The rows of ``epoch`` in their seeded order (a function of (seed, epoch) alone: a resumed run repeats it)."""
+        if self.plan is None:
+            return epoch_order(len(self.targets), seed, epoch)
+        return self.plan.order(len(self.targets), seed, epoch)
 
     def batch(self, idx: np.ndarray) -> dict[str, torch.Tensor]:
         """The rows ``idx`` as tensors; token ids are head rows (the same ids under a full head)."""
@@ -58,6 +70,38 @@ class EvalData:
 def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
     """The order of the ``n`` rows in ``epoch``: a function of (seed, epoch) alone, so a resumed run repeats it."""
     return np.random.default_rng([seed, epoch]).permutation(n)
+
+
+@dataclass(frozen=True)
+class EpochRows:
+    """Rows ``[0, fixed)`` every epoch, plus ``draw`` rows of the rest (the pool) drawn afresh each epoch.
+
+    The draws walk through seeded permutations of the pool, one after another, so that no pool row comes back
+    before every pool row has been drawn: over the epochs a small replay share per epoch still covers the pool
+    (an epoch that straddles two permutations may hold a row twice).
+    """
+
+    fixed: int
+    draw: int
+
+    def __post_init__(self) -> None:
+        if self.fixed < 0 or self.draw < 0:
+            raise ValueError(f"EpochRows needs fixed >= 0 and draw >= 0, got {self.fixed}, {self.draw}")
+
+    def per_epoch(self, n: int) -> int:
+        return self.fixed + min(self.draw, n - self.fixed)
+
+    def order(self, n: int, seed: int, epoch: int) -> np.ndarray:
+        pool, draw = n - self.fixed, self.per_epoch(n) - self.fixed
+        drawn = np.zeros(0, np.int64)
+        if draw:
+            first, last = epoch * draw // pool, ((epoch + 1) * draw - 1) // pool  # the permutations it spans
+            walk = np.concatenate([np.random.default_rng([seed, 1, c]).permutation(pool)
+                                   for c in range(first, last + 1)])
+            start = epoch * draw - first * pool
+            drawn = self.fixed + walk[start:start + draw]
+        rows = np.concatenate([np.arange(self.fixed), drawn])
+        return rows[np.random.default_rng([seed, epoch]).permutation(len(rows))]
 
 
 def rank_rows(idx: np.ndarray, rank: int, world: int) -> tuple[np.ndarray, float]:

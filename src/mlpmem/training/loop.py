@@ -32,7 +32,7 @@ from mlpmem.errors import ConfigError
 from mlpmem.memory.model import MLPMemory
 from mlpmem.training.checkpoint import flat_moments, load_checkpoint, recover_checkpoint, save_checkpoint
 from mlpmem.training.config import TrainConfig, trained_with
-from mlpmem.training.data import EvalData, TrainData, epoch_order, evaluate, rank_rows
+from mlpmem.training.data import EvalData, TrainData, evaluate, rank_rows
 from mlpmem.training.fused_loss import DEFAULT_CHUNK as FUSED_CHUNK
 from mlpmem.training.fused_loss import fused_head_loss
 from mlpmem.training.loss import sparse_hybrid_loss
@@ -78,7 +78,7 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
     full weights at the end on every process, as under DDP. ``memory_spec`` (the pipeline's ``memory:``
     section, as a dict) is recorded with the train config: a checkpoint resumes only under both.
     """
-    steps_per_epoch = math.ceil(len(data.targets) / cfg.batch_size)
+    steps_per_epoch = math.ceil(data.rows_per_epoch / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
     interval = eval_interval(cfg, steps_per_epoch, total)
     out_dir = Path(out_dir)
@@ -98,7 +98,7 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
         improved = evaluated = is_eval_step(step, steps_per_epoch, interval)
         if evaluated:
             entry = {"epoch": _epoch_label(step, steps_per_epoch), "step": step,
-                     "tokens_seen": tokens_seen(step, steps_per_epoch, cfg.batch_size, len(data.targets)),
+                     "tokens_seen": tokens_seen(step, steps_per_epoch, cfg.batch_size, data.rows_per_epoch),
                      "loss": parts["loss"].item()}
             improved = validate(loop.accelerator, loop.model if loop.sharded else loop.whole, val, cfg, state,
                                 loop.bar, entry, loop.sharded)
@@ -137,7 +137,7 @@ def _start(memory: MLPMemory, cfg: TrainConfig, ckpt: Path, total: int, memory_s
 def _train_step(loop: _Loop, data: TrainData, cfg: TrainConfig, step: int, steps_per_epoch: int) -> dict:
     """One optimizer step on this process's rows of the step's batch (the seeded order of its epoch)."""
     epoch, in_epoch = divmod(step, steps_per_epoch)
-    order = epoch_order(len(data.targets), cfg.seed, epoch)
+    order = data.epoch_order(cfg.seed, epoch)
     idx = order[in_epoch * cfg.batch_size : (in_epoch + 1) * cfg.batch_size]
     accelerator = loop.accelerator
     mine, weight = rank_rows(idx, accelerator.process_index, accelerator.num_processes)
