@@ -122,3 +122,17 @@ def test_replay_rows_once_or_a_share_per_epoch():
     assert capped.tolist() == list(range(30))
     with pytest.raises(ConfigError, match="replay_draw"):
         TuneConfig(replay_draw="always")
+
+
+def test_a_runs_documents_behind_a_relative_path_name_the_directory_to_run_from(tmp_path, monkeypatch):
+    import json
+
+    from mlpmem.maintenance.documents import corpus_documents
+    from mlpmem.utils.shards import MANIFEST
+
+    tokens = tmp_path / "tokens"
+    tokens.mkdir()
+    (tokens / MANIFEST).write_text(json.dumps({"source": [["runs/study/data/train.jsonl", 10, 0]]}))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(MlpmemError, match=r"runs/study/data/train.jsonl .*relative to the directory the run was built"):
+        corpus_documents(tokens, 0)

@@ -125,8 +125,10 @@ def corpus_documents(tokens_folder: Path, num_rows: int, fallback: Path | None =
     if (source is None or not source.is_file()) and fallback is not None and fallback.is_file():
         source = fallback
     if source is None or not source.is_file():
+        where = (f" (a path relative to the directory the run was built from, not {Path.cwd()}: run mlpmem there)"
+                 if source is not None and not source.is_absolute() else "")
         raise MlpmemError(f"cannot name the run's documents: the training split file {source} its tokens were "
-                          "made from is gone")
+                          f"made from is gone{where}")
     lengths = open_tokens(tokens_folder, verify=False).lengths
     docs = []
     for i, (doc, n) in enumerate(zip(iter_documents(source), lengths)):
