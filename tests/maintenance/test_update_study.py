@@ -99,6 +99,21 @@ def test_a_tiny_study_writes_its_table(tmp_path, tiny_backbone_dir, capsys):
     assert again["cost"] == pytest.approx(again["update_s"] / retrain_s, abs=0.006 / retrain_s)  # update_s: 2 decimals
     report = (sweep_out / "report.md").read_text()
     assert report.startswith("# Update recipes on the first run of") and "| epochs-3 | update.epochs=3 |" in report
+    # from_study_table: the study's own table again on a copy of that first run, its retraining reused
+    spec.update(update_variants={}, from_study_table=True)
+    config.write_text(yaml.safe_dump(spec))
+    table_out = tmp_path / "table"
+    assert main(["update-study", str(config), "--out", str(table_out), "--quiet"]) == 0
+    table = json.loads((table_out / "results.json").read_text())
+    assert set(table) == ROWS | {"details"} and not (table_out / "runs" / "retrained").exists()
+    for key in ROWS - {"cost_update_vs_retrain"}:  # the same recipe on the same first run: the same table
+        assert table[key]["value"] == pytest.approx(results[key]["value"]), key
+    assert table["cost_update_vs_retrain"]["retrain_s"] == results["cost_update_vs_retrain"]["retrain_s"]
+    assert table["details"]["timings"]["first_run_s"] == results["details"]["timings"]["first_run_s"]
+    ops = json.loads((table_out / "runs" / "updated" / "maintenance" / "manifest.json").read_text())["operations"]
+    assert [op["kind"] for op in ops] == ["update", "update", "forget"]
+    assert not (out / "runs" / "first" / "maintenance").exists()  # the kept first run was copied, not changed
+    assert f"are those of `{out}`" in (table_out / "report.md").read_text()
 
 
 def test_a_sweep_needs_a_finished_study_with_the_same_data(tmp_path):

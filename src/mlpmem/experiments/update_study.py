@@ -14,7 +14,8 @@ held-out entities that appear in no document (the chance level). The study
 With ``update_variants`` other update recipes run on copies of the first run before step 2, and the report compares
 each with the study's own update against the same retrained memory (:mod:`mlpmem.experiments.update_variants`).
 The first run is kept as it was before any update (``runs/first``), so that a later study with ``from_study`` can
-try more recipes on it without building or retraining anything (:mod:`mlpmem.experiments.update_sweep`).
+try more recipes on it without building or retraining anything (:mod:`mlpmem.experiments.update_sweep`), or, with
+``from_study_table``, run steps 2, 4 and 5 on a copy of it against the finished study's retrained memory.
 
 QA is scored two ways on the same questions, with the memory mixed at a fixed λ: multiple choice (the answer
 against ``distractors`` other values of the attribute, by the mixed model's log-likelihood; chance is
@@ -38,7 +39,7 @@ from mlpmem.experiments.qa.choice import continuation_logprobs
 from mlpmem.experiments.qa.eval_qa import GenerationConfig, evaluate_questions
 from mlpmem.experiments.qa.synthetic import ATTRIBUTES, SyntheticConfig, generate
 from mlpmem.experiments.update_study_report import table_rows, variant_rows, without_answers, write_report
-from mlpmem.experiments.update_sweep import run_sweep
+from mlpmem.experiments.update_sweep import finished_study, run_sweep
 from mlpmem.experiments.update_variants import FIRST, SCORED, check_variants, run_variants, step
 from mlpmem.inference.augmented_lm import MemoryAugmentedLM
 from mlpmem.inference.prompts import qa_prompt
@@ -90,6 +91,10 @@ class UpdateStudyConfig(Config):
     from_study: str | None = None
     """A finished study's folder: run ``update_variants`` alone on its first run (``runs/first``), against its
     retrained memory (:mod:`mlpmem.experiments.update_sweep`); the data settings must be the same."""
+    from_study_table: bool = False
+    """With ``from_study``: the whole table (this study's update, explain and forget, and any variants) on a copy of
+    the finished study's first run, against its retrained memory; its first run's and retraining's seconds are
+    the finished study's (measured there)."""
     docs_dir: str | None = None
     """Also copy ``report.md`` and ``results.json`` here (e.g. ``docs/results/update``; the runs stay in ``--out``)."""
     seed: int = 0
@@ -231,6 +236,38 @@ class Study:
         self.groups = entity_groups(self.bench, cfg)
         self.questions = {g: questions_of(self.bench, ids, cfg.questions) for g, ids in self.groups.items()}
         self._backbone = None
+        self.source, self.earlier = finished_study(cfg) if cfg.from_study is not None else (None, None)
+
+    def first_run(self) -> tuple[Run, Path, dict]:
+        """The run to update (``<out>/runs/updated``), the corpus it was built from and its seconds: built here (and
+        kept as it was in ``runs/first``, for later recipes), or with ``from_study`` a copy of that study's first
+        run (its seconds measured there)."""
+        if self.source is not None:
+            corpus = self.source / "data" / "base"
+            shutil.copytree(self.source / "runs" / FIRST, self.out / "runs" / "updated")
+            first = self.earlier["details"]["timings"]["first_run_s"]
+            return self.open_run(self.out / "runs" / "updated", corpus), corpus, {"first_run_s": first}
+        corpus = write_corpus(self.bench, set(self.groups["old"]), self.out / "data" / "base")
+        run = self.open_run(self.out / "runs" / "updated", corpus)
+        t0 = time.perf_counter()
+        run_pipeline(run)
+        seconds = time.perf_counter() - t0
+        shutil.copytree(run.dir, self.out / "runs" / FIRST)  # kept as it was, for later recipes (from_study)
+        return run, corpus, {"first_run_s": seconds}
+
+    def retrained(self, timings: dict) -> Run:
+        """The memory retrained from scratch on every document (``timings`` gets its seconds): trained here, or
+        with ``from_study`` that study's (read, not changed; its seconds measured there)."""
+        if self.source is not None:
+            timings.update({k: self.earlier["details"]["timings"][k] for k in ("retrain_s", "retrain_core_s")})
+            return self.open_run(self.source / "runs" / "retrained", self.source / "data" / "all")
+        everyone = set(self.groups["old"]) | set(self.groups["arriving"])
+        scratch = self.open_run(self.out / "runs" / "retrained",
+                                write_corpus(self.bench, everyone, self.out / "data" / "all"))
+        timings["retrain_s"] = retrain(scratch)
+        core = scratch.timings()  # the stages' own measurements (recorded when a stage takes over a second)
+        timings["retrain_core_s"] = sum(stage_seconds(core.get(k)) or 0.0 for k in ("keys_train", "teacher", "train"))
+        return scratch
 
     def open_run(self, folder: Path, corpus: Path) -> Run:
         run = pipeline_run(self.cfg, folder, corpus, self._backbone, self.progress)
@@ -260,28 +297,19 @@ def run_study(cfg: UpdateStudyConfig, out: Path, progress: bool = True) -> dict:
     :mod:`mlpmem.experiments.update_sweep`); returns the results written to ``out/results.json``."""
     set_threads()
     study = Study(cfg, out, progress)
-    if cfg.from_study is not None:
+    if cfg.from_study is not None and not cfg.from_study_table:
         return run_sweep(cfg, out, study)
     if (out / "runs").exists():
         raise MlpmemError(f"{out} already holds a study (runs/): give another --out")
     groups, qs = study.groups, study.questions
-    corpus = write_corpus(study.bench, set(groups["old"]), out / "data" / "base")
-    base = study.open_run(out / "runs" / "updated", corpus)
+    base, corpus, timings = study.first_run()
     scorer = study.scorer(base.backbone)
     maintenance = load_maintenance_config(overrides=cfg.maintenance)
-    t0 = time.perf_counter()
-    run_pipeline(base)
-    timings = {"first_run_s": time.perf_counter() - t0}
-    shutil.copytree(base.dir, out / "runs" / FIRST)  # kept as it was, for later recipes (from_study)
     scores = {"before": {g: scorer.score(base, qs[g]) for g in ("old", "arriving", "forgotten", "held_out")}}
     variants = study.variants(base.dir, corpus, scorer, scores)
     timings["update_s"] = study.update(base, maintenance)
     scores["updated"] = {g: scorer.score(base, qs[g]) for g in ("old", "arriving", "kept", "forgotten")}
-    scratch = study.open_run(out / "runs" / "retrained", write_corpus(
-        study.bench, set(groups["old"]) | set(groups["arriving"]), out / "data" / "all"))
-    timings["retrain_s"] = retrain(scratch)
-    core = scratch.timings()  # the stages' own measurements (recorded when a stage takes over a second)
-    timings["retrain_core_s"] = sum(stage_seconds(core.get(k)) or 0.0 for k in ("keys_train", "teacher", "train"))
+    scratch = study.retrained(timings)
     scores["retrained"] = {g: scorer.score(scratch, qs[g]) for g in ("old", "arriving")}
     asked = qs["arriving"] + qs["old"]
     explained = own_document_rate(base, asked, {"correct": scores["updated"]["arriving"]["correct"] +
@@ -293,6 +321,7 @@ def run_study(cfg: UpdateStudyConfig, out: Path, progress: bool = True) -> dict:
     scores["forgotten"] = {g: scorer.score(base, qs[g]) for g in ("forgotten", "kept", "held_out")}
     results = {**table_rows(scores, timings, explained, cfg),
                "details": {"config": cfg.to_dict(), "groups": {g: len(v) for g, v in groups.items()},
+                           "from_study": study.source and str(study.source),
                            "timings": timings, "explain": explained, "scores": without_answers(scores),
                            "variants": variant_rows(scores, timings, variants)}}
     write_report(out, results)

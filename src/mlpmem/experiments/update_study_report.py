@@ -215,5 +215,15 @@ def write_report(out: Path, results: dict) -> None:
             "from scratch needs: the datastore (training keys and the evaluation keystores), the kNN-LM sweep (it "
             "chooses the teacher's temperature), the teacher and the memory; `retrain_core_s` only the training keys, "
             "the teacher and the memory, as the stages recorded them (`timings.json`; a stage under one second is "
-            "not recorded). The update covers the new documents' keys, their teacher rows and the fine-tuning.\n")
+            "not recorded). The update covers the new documents' keys, their teacher rows and the fine-tuning.\n"
+            + _reused(details))
     (out / "report.md").write_text(text)
+
+
+def _reused(details: dict) -> str:
+    """What a study with ``from_study_table`` took from the finished one, or nothing."""
+    if not details.get("from_study"):
+        return ""
+    return (f"\nThe first run (before any update) and the retrained memory are those of `{details['from_study']}` "
+            "(`from_study`), scored again here on the same questions; `first_run_s`, `retrain_s` and "
+            "`retrain_core_s` were measured there (same data, another process).\n")

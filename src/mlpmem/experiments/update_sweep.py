@@ -35,8 +35,9 @@ def finished_study(cfg) -> tuple[Path, dict]:
         if not (source / "runs" / folder).is_dir():
             raise ConfigError(f"from_study={source}: no runs/{folder} (a study keeps its first run in runs/{FIRST} "
                               "since this option exists: run the study again)")
-    if not cfg.update_variants:
-        raise ConfigError("from_study runs update_variants only: give at least one")
+    if not cfg.update_variants and not cfg.from_study_table:
+        raise ConfigError("from_study runs update_variants only (or, with from_study_table, the whole table): give "
+                          "at least one variant")
     earlier = read_json(source / "results.json", "the finished study's results")
     recorded = earlier["details"]["config"]
     mine = cfg.to_dict()
@@ -50,7 +51,7 @@ def finished_study(cfg) -> tuple[Path, dict]:
 def run_sweep(cfg, out: Path, study) -> dict:
     """The variants of ``cfg`` on the first run of ``cfg.from_study`` (see the module docstring); ``study``: the
     study's :class:`~mlpmem.experiments.update_study.Study`; returns the results written to ``out/results.json``."""
-    source, earlier = finished_study(cfg)
+    source, earlier = study.source, study.earlier
     if (out / "runs").exists():
         raise ConfigError(f"{out} already holds a study (runs/): give another --out")
     corpus = source / "data" / "base"  # the path the first run was built from: its copies keep reading it
