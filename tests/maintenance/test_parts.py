@@ -136,3 +136,13 @@ def test_a_runs_documents_behind_a_relative_path_name_the_directory_to_run_from(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(MlpmemError, match=r"runs/study/data/train.jsonl .*relative to the directory the run was built"):
         corpus_documents(tokens, 0)
+
+
+def test_the_maintenance_seed_moves_the_fine_tunings_seed(run_dir):
+    from helpers.maintenance import tiny_run
+    from mlpmem.maintenance.config import TuneConfig
+    from mlpmem.maintenance.finetune import tune_config
+
+    run = tiny_run(run_dir)
+    assert tune_config(run, TuneConfig(), 0.4).seed == run.cfg.train.seed  # seed 0: the run's own
+    assert tune_config(run, TuneConfig(), 0.4, seed=3).seed == run.cfg.train.seed + 3

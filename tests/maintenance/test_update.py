@@ -181,9 +181,9 @@ def test_replay_targets_memory_teaches_the_replayed_rows_the_memory_before_the_u
     seen = {}
     tune = update_module.tune
 
-    def spy(run_, memory, rows, cfg, alpha, out_dir, plan_id):
+    def spy(run_, memory, rows, cfg, alpha, out_dir, plan_id, seed):
         seen.update(rows=rows, alpha=alpha)
-        return tune(run_, memory, rows, cfg, alpha, out_dir, plan_id)
+        return tune(run_, memory, rows, cfg, alpha, out_dir, plan_id, seed)
 
     monkeypatch.setattr(update_module, "tune", spy)
     cfg = load_maintenance_config(overrides=["update.epochs=1", "update.replay_targets=memory"])
@@ -209,17 +209,18 @@ def test_replay_draw_epoch_stages_a_replay_share_for_every_epoch(run_dir, tmp_pa
     seen = {}
     tune = update_module.tune
 
-    def spy(run_, memory, rows, cfg, alpha, out_dir, plan_id):
-        seen.update(rows=rows, trained=tune(run_, memory, rows, cfg, alpha, out_dir, plan_id))
+    def spy(run_, memory, rows, cfg, alpha, out_dir, plan_id, seed):
+        seen.update(rows=rows, seed=seed, trained=tune(run_, memory, rows, cfg, alpha, out_dir, plan_id, seed))
         return seen["trained"]
 
     monkeypatch.setattr(update_module, "tune", spy)
     n_old = KeyStore(run_dir / "datastore").num_rows
     cfg = load_maintenance_config(overrides=["update.epochs=3", "update.replay_draw=epoch",
-                                             "update.replay_ratio=0.5"])
+                                             "update.replay_ratio=0.5", "seed=2"])
     summary = update_run(tiny_run(run_dir), new_docs(tmp_path / "new.jsonl"), cfg)
     rows, n_new = seen["rows"], summary["rows_added"]
     per_epoch = round(0.5 * n_new)
     assert rows.plan == EpochRows(fixed=n_new, draw=per_epoch)  # read back from the staged set
+    assert seen["seed"] == 2  # the maintenance seed reaches the fine-tuning
     assert len(rows) == n_new + min(3 * per_epoch, n_old)  # three shares, each of distinct old rows
     assert seen["trained"]["step"] == 3 * -(-(n_new + per_epoch) // tiny_run(run_dir).cfg.train.batch_size)

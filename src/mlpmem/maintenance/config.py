@@ -107,7 +107,8 @@ class MaintenanceConfig(Config):
     forget: ForgetConfig = field(default_factory=ForgetConfig)
     explain: ExplainConfig = field(default_factory=ExplainConfig)
     seed: int = 0
-    """Seed of the replay samples (each operation also mixes in its sequence number)."""
+    """Seed of the replay samples (each operation also mixes in its sequence number), and added to the run's
+    ``train.seed`` for the fine-tuning (its order, replay shares and dropout): 0 keeps the run's."""
 
 
 def load_maintenance_config(path: str | Path | None = None, overrides: list[str] | None = None) -> MaintenanceConfig:

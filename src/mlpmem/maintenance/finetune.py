@@ -117,11 +117,11 @@ def widen_head(memory: MLPMemory, tokens: np.ndarray, model) -> MLPMemory:
     return wider
 
 
-def tune_config(run: Run, cfg: TuneConfig, alpha: float) -> TrainConfig:
+def tune_config(run: Run, cfg: TuneConfig, alpha: float, seed: int = 0) -> TrainConfig:
     """The run's ``train:`` settings with the operation's epochs, lr, batch and warmup, no early stop (the last
-    weights are kept) and the given ``alpha``."""
+    weights are kept), the given ``alpha``, and ``seed`` (the maintenance seed) added to the run's seed."""
     return dataclasses.replace(run.cfg.train, alpha=alpha, epochs=cfg.epochs, lr=cfg.lr,
-                               batch_size=cfg.batch_size or run.cfg.train.batch_size,
+                               seed=run.cfg.train.seed + seed, batch_size=cfg.batch_size or run.cfg.train.batch_size,
                                warmup_fraction=cfg.warmup_fraction, warmup_steps=None, eval_every=None,
                                patience=None, restore_best=False)
 
@@ -132,14 +132,15 @@ def validation_data(run: Run) -> EvalData:
 
 
 def tune(run: Run, memory: MLPMemory, rows: TuneSet, cfg: TuneConfig, alpha: float, out_dir: Path,
-         plan_id: str) -> dict:
-    """Fine-tune ``memory`` in place on ``rows`` (resumes from the checkpoint in ``out_dir``); the trainer state."""
+         plan_id: str, seed: int = 0) -> dict:
+    """Fine-tune ``memory`` in place on ``rows`` (resumes from the checkpoint in ``out_dir``); the trainer state.
+    ``seed`` (the maintenance seed) moves the order of the rows, their epochs' replay shares and the dropout."""
     vocab_size = int(memory.config.vocab_size)
     head_index = None if memory.vocab_ids is None else index_of(memory.vocab_ids.cpu().numpy(), vocab_size)
     data = TrainData(rows.keys, rows.targets, rows.ids, rows.probs, rows.residual, head_index, rows.plan)
     spec = {"operation": plan_id, **run.cfg.memory.to_dict()}
-    return train_memory(memory, data, validation_data(run), tune_config(run, cfg, alpha), out_dir, run.progress,
-                        memory_spec=spec)
+    return train_memory(memory, data, validation_data(run), tune_config(run, cfg, alpha, seed), out_dir,
+                        run.progress, memory_spec=spec)
 
 
 def save_staged_memory(memory: MLPMemory, folder: Path) -> str:

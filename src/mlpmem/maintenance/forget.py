@@ -203,7 +203,7 @@ def _tune(op: Operation, held: Holdings, drop: list[int], gone: np.ndarray, view
         rows = _tune_rows(op, held, drop, gone, view, teacher, index, cfg, seq, head_ids)
         rows.save(folder)
         rows = TuneSet.load(folder)
-    state = tune(run, memory, rows, cfg.forget, 1.0, op.pending.path("train"), plan_id)
+    state = tune(run, memory, rows, cfg.forget, 1.0, op.pending.path("train"), plan_id, cfg.seed)
     return save_staged_memory(memory, op.pending.path("memory")), {**state, "rows": len(rows)}
 
 

@@ -176,7 +176,7 @@ def _tune(op: Operation, view: ShardView, teacher: list[Shard], n_old_shards: in
         rows = TuneSet.load(folder)
     folded = cfg.update.replay_targets == "memory"  # every row carries its own label: the loop runs at α = 1
     state = tune(run, memory, rows, cfg.update, 1.0 if folded else run.cfg.train.alpha, op.pending.path("train"),
-                 plan_id)
+                 plan_id, cfg.seed)
     return save_staged_memory(memory, op.pending.path("memory")), {**state, "rows": len(rows)}
 
 
