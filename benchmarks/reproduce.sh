@@ -208,6 +208,11 @@ $M update-study $S --out runs/update-sweep-480-fresh16 --set "pipeline_set=[trai
   --set "maintenance=[update.lr=0.001,update.replay_draw=epoch,forget.replay_ratio=2,update.epochs=16]" \
   --set "update_variants={fresh-r1-e16: [update.replay_ratio=1], fresh-r05-e16: [update.replay_ratio=0.5]}" \
   --set from_study=runs/update-study-480-replay3 --set docs_dir=docs/results/update-480-fresh16 --quiet
+$M update-study $S --out runs/update-sweep-480-fresh-replicates --set "pipeline_set=[train.patience=null]" \
+  --set "synthetic.num_entities=480" --set questions=2000 \
+  --set "maintenance=[update.lr=0.001,update.replay_draw=epoch,forget.replay_ratio=2,update.epochs=16,update.replay_ratio=0.5]" \
+  --set "update_variants={fresh-r05-e16-seed1: [seed=1], fresh-r05-e16-seed2: [seed=2]}" \
+  --set from_study=runs/update-study-480-replay3 --set docs_dir=docs/results/update-480-fresh-replicates --quiet
 # the whole table with that recipe and a longer forget, on the same first run (docs/results/update-480-fresh-table)
 $M update-study $S --out runs/update-table-480-fresh --set "pipeline_set=[train.patience=null]" \
   --set "synthetic.num_entities=480" --set questions=2000 \
