@@ -38,6 +38,8 @@ def test_the_presets_load_and_bad_values_are_one_line_errors():
         load_study_config(CONFIGS / "maintenance" / "study.yaml", ["update_variants={../x: [update.epochs=2]}"])
     with pytest.raises(ConfigError, match="update.epochs"):
         load_study_config(CONFIGS / "maintenance" / "study.yaml", ["update_variants={e0: [update.epochs=0]}"])
+    with pytest.raises(ConfigError, match="from_study_table needs from_study"):
+        load_study_config(CONFIGS / "maintenance" / "study.yaml", ["from_study_table=true"])
 
 
 def test_a_tiny_study_writes_its_table(tmp_path, tiny_backbone_dir, capsys):

@@ -106,6 +106,9 @@ class UpdateStudyConfig(Config):
             raise ConfigError("update-study batches, questions and distractors must be >= 1")
         if not 0.0 <= self.lam <= 1.0:
             raise ConfigError(f"update-study lam must be in [0, 1], got {self.lam}")
+        if self.from_study_table and self.from_study is None:
+            raise ConfigError("update-study from_study_table needs from_study (the finished study whose first run and "
+                              "retrained memory it reuses)")
         SyntheticConfig(**self.synthetic)
         check_variants(self.update_variants)
 
