@@ -181,44 +181,33 @@ $M update-study $S --out runs/update-study-480-sweep --set "pipeline_set=[train.
   --set "synthetic.num_entities=480" --set questions=2000 --set "maintenance=[$LR,update.epochs=6]" \
   --set "update_variants={epochs-2: [update.epochs=2], epochs-4: [update.epochs=4], epochs-10: [update.epochs=10]}" \
   --set docs_dir=docs/results/update-480-sweep --quiet
-# every old position replayed (docs/results/update-480-replay3), then less replay on its kept first run, against
-# its retrained memory (from_study: nothing rebuilt; docs/results/update-480-replay1)
+# every old position replayed (docs/results/update-480-replay3)
 $M update-study $S --out runs/update-study-480-replay3 --set "pipeline_set=[train.patience=null]" \
   --set "synthetic.num_entities=480" --set questions=2000 \
   --set "maintenance=[update.lr=0.001,update.replay_ratio=3,forget.replay_ratio=2,update.epochs=8]" \
   --set "update_variants={r3-e6: [update.epochs=6]}" --set docs_dir=docs/results/update-480-replay3 --quiet
-$M update-study $S --out runs/update-sweep-480-replay1 --set "pipeline_set=[train.patience=null]" \
-  --set "synthetic.num_entities=480" --set questions=2000 \
-  --set "maintenance=[update.lr=0.001,update.replay_ratio=1,forget.replay_ratio=2]" \
-  --set "update_variants={r1-e8: [update.epochs=8], r1-e12: [update.epochs=12]}" \
-  --set from_study=runs/update-study-480-replay3 --set docs_dir=docs/results/update-480-replay1 --quiet
-$M update-study $S --out runs/update-sweep-480-replay1-e10 --set "pipeline_set=[train.patience=null]" \
-  --set "synthetic.num_entities=480" --set questions=2000 \
-  --set "maintenance=[update.lr=0.001,update.replay_ratio=1,forget.replay_ratio=2]" \
-  --set "update_variants={r1-e10: [update.epochs=10]}" \
-  --set from_study=runs/update-study-480-replay3 --set docs_dir=docs/results/update-480-replay1-e10 --quiet
-# a fresh replay share every epoch (update.replay_draw=epoch; docs/results/update-480-fresh)
-$M update-study $S --out runs/update-sweep-480-fresh --set "pipeline_set=[train.patience=null]" \
-  --set "synthetic.num_entities=480" --set questions=2000 \
-  --set "maintenance=[update.lr=0.001,update.replay_ratio=1,update.replay_draw=epoch,forget.replay_ratio=2]" \
-  --set "update_variants={fresh-r1-e8: [update.epochs=8], fresh-r1-e12: [update.epochs=12]}" \
-  --set from_study=runs/update-study-480-replay3 --set docs_dir=docs/results/update-480-fresh --quiet
-$M update-study $S --out runs/update-sweep-480-fresh16 --set "pipeline_set=[train.patience=null]" \
-  --set "synthetic.num_entities=480" --set questions=2000 \
-  --set "maintenance=[update.lr=0.001,update.replay_draw=epoch,forget.replay_ratio=2,update.epochs=16]" \
-  --set "update_variants={fresh-r1-e16: [update.replay_ratio=1], fresh-r05-e16: [update.replay_ratio=0.5]}" \
-  --set from_study=runs/update-study-480-replay3 --set docs_dir=docs/results/update-480-fresh16 --quiet
-$M update-study $S --out runs/update-sweep-480-fresh-replicates --set "pipeline_set=[train.patience=null]" \
-  --set "synthetic.num_entities=480" --set questions=2000 \
-  --set "maintenance=[update.lr=0.001,update.replay_draw=epoch,forget.replay_ratio=2,update.epochs=16,update.replay_ratio=0.5]" \
-  --set "update_variants={fresh-r05-e16-seed1: [seed=1], fresh-r05-e16-seed2: [seed=2]}" \
-  --set from_study=runs/update-study-480-replay3 --set docs_dir=docs/results/update-480-fresh-replicates --quiet
-# the whole table with that recipe and a longer forget, on the same first run (docs/results/update-480-fresh-table)
-$M update-study $S --out runs/update-table-480-fresh --set "pipeline_set=[train.patience=null]" \
-  --set "synthetic.num_entities=480" --set questions=2000 \
-  --set "maintenance=[update.lr=0.001,update.replay_ratio=0.5,update.replay_draw=epoch,update.epochs=16,forget.replay_ratio=2,forget.replay_draw=epoch,forget.epochs=4]" \
-  --set from_study=runs/update-study-480-replay3 --set from_study_table=true \
-  --set docs_dir=docs/results/update-480-fresh-table --quiet
+# more recipes on that study's kept first run, against its retrained memory (from_study: nothing rebuilt):
+# on480 OUT DOCS MAINTENANCE [more options]
+on480() {
+  $M update-study $S --out "runs/$1" --set "pipeline_set=[train.patience=null]" --set "synthetic.num_entities=480" \
+    --set questions=2000 --set "maintenance=[$3]" --set from_study=runs/update-study-480-replay3 \
+    --set "docs_dir=docs/results/$2" --quiet "${@:4}"
+}
+R1="update.lr=0.001,update.replay_ratio=1,forget.replay_ratio=2"
+on480 update-sweep-480-replay1 update-480-replay1 "$R1" \
+  --set "update_variants={r1-e8: [update.epochs=8], r1-e12: [update.epochs=12]}"
+on480 update-sweep-480-replay1-e10 update-480-replay1-e10 "$R1" --set "update_variants={r1-e10: [update.epochs=10]}"
+# a fresh replay share every epoch (update.replay_draw=epoch; docs/results/update-480-fresh, -fresh16), the best
+# recipe at two more seeds (-fresh-replicates), and the whole table with it and a longer forget (-fresh-table)
+on480 update-sweep-480-fresh update-480-fresh "$R1,update.replay_draw=epoch" \
+  --set "update_variants={fresh-r1-e8: [update.epochs=8], fresh-r1-e12: [update.epochs=12]}"
+FRESH="update.lr=0.001,update.replay_draw=epoch,forget.replay_ratio=2,update.epochs=16"
+on480 update-sweep-480-fresh16 update-480-fresh16 "$FRESH" \
+  --set "update_variants={fresh-r1-e16: [update.replay_ratio=1], fresh-r05-e16: [update.replay_ratio=0.5]}"
+on480 update-sweep-480-fresh-replicates update-480-fresh-replicates "$FRESH,update.replay_ratio=0.5" \
+  --set "update_variants={fresh-r05-e16-seed1: [seed=1], fresh-r05-e16-seed2: [seed=2]}"
+on480 update-table-480-fresh update-480-fresh-table \
+  "$FRESH,update.replay_ratio=0.5,forget.replay_draw=epoch,forget.epochs=4" --set from_study_table=true
 # lm-eval scoring on the 480-entity study's retrained run (after its evaluation): one backbone pass for backbone,
 # memory and kNN-LM (docs/results/lm-eval-one-pass), bf16 against fp32 (docs/results/lm-eval-precision); and the
 # study's multiple-choice scorer with shared contexts (docs/results/choice-scoring)
