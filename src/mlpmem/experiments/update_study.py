@@ -297,7 +297,8 @@ class Study:
 
 def run_study(cfg: UpdateStudyConfig, out: Path, progress: bool = True) -> dict:
     """Every step of the module docstring (with ``from_study``, the variants alone:
-    :mod:`mlpmem.experiments.update_sweep`); returns the results written to ``out/results.json``."""
+    :mod:`mlpmem.experiments.update_sweep`; with ``from_study_table`` too, every step but building the first run and
+    retraining, which the finished study did); returns the results written to ``out/results.json``."""
     set_threads()
     study = Study(cfg, out, progress)
     if cfg.from_study is not None and not cfg.from_study_table:
