@@ -51,17 +51,17 @@ def finished_study(cfg) -> tuple[Path, dict]:
 def run_sweep(cfg, out: Path, study) -> dict:
     """The variants of ``cfg`` on the first run of ``cfg.from_study`` (see the module docstring); ``study``: the
     study's :class:`~mlpmem.experiments.update_study.Study`; returns the results written to ``out/results.json``."""
-    source, earlier = study.source, study.earlier
+    source = study.source
     if (out / "runs").exists():
         raise ConfigError(f"{out} already holds a study (runs/): give another --out")
     corpus = source / "data" / "base"  # the path the first run was built from: its copies keep reading it
-    first, retrained = (study.open_run(source / "runs" / f, corpus) for f in (FIRST, "retrained"))
+    first, timings = study.open_run(source / "runs" / FIRST, corpus), {}
+    retrained = study.retrained(timings)  # the finished study's, with the seconds measured there
     scorer = study.scorer(first.backbone)
     qs = study.questions
     scores = {"before": {"old": scorer.score(first, qs["old"])},  # what the rows compare with, no more
               "retrained": {"arriving": scorer.score(retrained, qs["arriving"])}}
     variants = study.variants(first.dir, corpus, scorer, scores)
-    timings = {"retrain_s": earlier["details"]["timings"]["retrain_s"]}
     results = {"variants": variant_rows(scores, timings, variants),
                "details": {"config": cfg.to_dict(), "from_study": str(source), "timings": timings,
                            "scores": without_answers(scores)}}
