@@ -93,7 +93,7 @@ def synchronize(model: nn.Module) -> None:
 def autocast(model: nn.Module, precision: str = "fp32"):
     """A context running ``model`` at ``precision`` (bf16 through torch.autocast on its device; ``auto`` resolved
     for that device by :func:`resolve_precision`)."""
-    device = next(model.parameters()).device
+    device = model_device(model)
     if resolve_precision(precision, device) == "fp32":
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=torch.bfloat16)

@@ -202,7 +202,7 @@ def build_keystore(model, tokenizer, token_docs: Sequence[np.ndarray], out_dir: 
     dist = dist or current()
     out_dir = Path(out_dir)
     _check_context(model, block_size)
-    precision = resolve_precision(precision, next(model.parameters()).device)  # the manifest names what ran
+    precision = resolve_precision(precision, model_device(model))  # the manifest names what ran
     pack_into, fallback = _pack_into(model, resolve_layer(model, layer), site, block_size) if pack else (None, None)
     settings = _settings(model, tokenizer, token_docs, layer, site, block_size, stride, batch_size,
                          batches_per_shard, with_lm, precision, pack_into is not None)

@@ -34,6 +34,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, PreTrainedModel
 
 from mlpmem.backbone import check_fingerprint, fingerprint, load_backbone
+from mlpmem.compute import model_device
 from mlpmem.errors import ConfigError, CorruptArtifact, MlpmemError
 from mlpmem.inference.augmented_lm import MemoryAugmentedLM
 from mlpmem.inference.gate_io import load_gate, save_gate
@@ -255,7 +256,7 @@ def _load_memory(folder: Path, model, tokenizer) -> MLPMemory:
         raise CorruptArtifact(f"{folder} holds no memory: {memory_dir / CONFIG_NAME} is missing")
     verify_folder(memory_dir, f"memory {memory_dir}")
     memory = MLPMemory.from_pretrained(memory_dir, model, tokenizer)
-    return memory.to(next(model.parameters()).device).eval()
+    return memory.to(model_device(model)).eval()
 
 
 def _single_device(device_map):

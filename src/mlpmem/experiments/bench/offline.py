@@ -101,7 +101,7 @@ def forward_vs_keys(run, cfg: OfflineBenchConfig) -> dict:
     size = rc.datastore.batch_size
     batches = [windows[i : i + size] for i in range(0, len(windows), size)]
     tokens = sum(w.end - w.start for w in windows)
-    precision = resolve_precision(rc.backbone.precision, next(model.parameters()).device)
+    precision = resolve_precision(rc.backbone.precision, model_device(model))
 
     def plain(prec):
         def go():

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from mlpmem.backbone import load_backbone, resolve_layer
-from mlpmem.compute import resolve_precision
+from mlpmem.compute import model_device, resolve_precision
 from mlpmem.config import Config
 from mlpmem.corpora.documents import Document, Windows, make_windows, tokenize_documents
 from mlpmem.datastore import encode_windows, packing_check, window_batches
@@ -139,7 +139,7 @@ def run_bench(config_path: str, cfg: PackingBenchConfig) -> dict:
     used_threads = threads(cfg.threads)
     model, tokenizer = load_backbone(rc.backbone.name)
     layer, site = resolve_layer(model, rc.backbone.layer), rc.backbone.site
-    precision = resolve_precision(rc.backbone.precision, next(model.parameters()).device)
+    precision = resolve_precision(rc.backbone.precision, model_device(model))
     reason = packing_check(model, layer, site)
     if reason is not None:
         raise MlpmemError(f"backbone {rc.backbone.name!r} cannot run packed rows: {reason}")
