@@ -300,11 +300,11 @@ def run_study(cfg: UpdateStudyConfig, out: Path, progress: bool = True) -> dict:
     :mod:`mlpmem.experiments.update_sweep`; with ``from_study_table`` too, every step but building the first run and
     retraining, which the finished study did); returns the results written to ``out/results.json``."""
     set_threads()
+    if (out / "runs").exists():
+        raise MlpmemError(f"{out} already holds a study (runs/): give another --out")
     study = Study(cfg, out, progress)
     if cfg.from_study is not None and not cfg.from_study_table:
         return run_sweep(cfg, out, study)
-    if (out / "runs").exists():
-        raise MlpmemError(f"{out} already holds a study (runs/): give another --out")
     groups, qs = study.groups, study.questions
     base, corpus, timings = study.first_run()
     scorer = study.scorer(base.backbone)

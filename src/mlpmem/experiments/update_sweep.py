@@ -52,8 +52,6 @@ def run_sweep(cfg, out: Path, study) -> dict:
     """The variants of ``cfg`` on the first run of ``cfg.from_study`` (see the module docstring); ``study``: the
     study's :class:`~mlpmem.experiments.update_study.Study`; returns the results written to ``out/results.json``."""
     source = study.source
-    if (out / "runs").exists():
-        raise ConfigError(f"{out} already holds a study (runs/): give another --out")
     corpus = source / "data" / "base"  # the path the first run was built from: its copies keep reading it
     first, timings = study.open_run(source / "runs" / FIRST, corpus), {}
     retrained = study.retrained(timings)  # the finished study's, with the seconds measured there
