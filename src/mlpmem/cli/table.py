@@ -141,14 +141,14 @@ PIPELINE = [
                 Arg("--max-new-tokens", type=int, default=0, help="also generate and explain this many tokens"),
                 Arg("--html", metavar="PATH", help="also write the explanation as an HTML page"),
                 Arg("--json", metavar="PATH", help="also write it as JSON"))),
-    Command("update-study", "", "mlpmem.experiments.update_study:cmd_update_study",
+    Command("update-study", "", "mlpmem.experiments.update.study:cmd_update_study",
             "synthetic facts: update vs retrain, forget, explain (the maintenance table)", (
                 Arg("config", help="YAML of the study (configs/maintenance/study.yaml)"),
                 Arg("--out", required=True, help="folder of its runs, report.md and results.json"),
                 Arg("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a study setting, e.g. --set synthetic.num_entities=40"),
                 QUIET)),
-    Command("update-text", "", "mlpmem.experiments.update_text:cmd_update_text",
+    Command("update-text", "", "mlpmem.experiments.update.text:cmd_update_text",
             "a copy of a Shakespeare run updated with unseen plays: PPL before and after", (
                 Arg("run", help="a finished shakespeare-by-play run (e.g. runs/quick); it is copied, not changed"),
                 Arg("--out", required=True, help="folder of the updated copy, report.md and results.json"),

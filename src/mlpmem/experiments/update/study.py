@@ -12,9 +12,9 @@ held-out entities that appear in no document (the chance level). The study
 5. forgets the chosen entities' documents (``mlpmem forget``) and scores again.
 
 With ``update_variants`` other update recipes run on copies of the first run before step 2, and the report compares
-each with the study's own update against the same retrained memory (:mod:`mlpmem.experiments.update_variants`).
+each with the study's own update against the same retrained memory (:mod:`mlpmem.experiments.update.variants`).
 The first run is kept as it was before any update (``runs/first``), so that a later study with ``from_study`` can
-try more recipes on it without building or retraining anything (:mod:`mlpmem.experiments.update_sweep`), or, with
+try more recipes on it without building or retraining anything (:mod:`mlpmem.experiments.update.sweep`), or, with
 ``from_study_table``, run steps 2, 4 and 5 on a copy of it against the finished study's retrained memory.
 
 QA is scored two ways on the same questions, with the memory mixed at a fixed λ: multiple choice (the answer
@@ -38,9 +38,10 @@ from mlpmem.errors import ConfigError, MlpmemError
 from mlpmem.experiments.qa.choice import continuation_logprobs
 from mlpmem.experiments.qa.eval_qa import GenerationConfig, evaluate_questions
 from mlpmem.experiments.qa.synthetic import ATTRIBUTES, SyntheticConfig, generate
-from mlpmem.experiments.update_study_report import table_rows, variant_rows, without_answers, write_report
-from mlpmem.experiments.update_sweep import finished_study, run_sweep
-from mlpmem.experiments.update_variants import FIRST, SCORED, check_variants, run_variants, step
+from mlpmem.experiments.update.report import seed_details, table_rows, variant_rows, without_answers, write_report
+from mlpmem.experiments.update.seeds import check_seeds, expand, retrain_at_seeds, retrained_step
+from mlpmem.experiments.update.sweep import finished_study, run_sweep
+from mlpmem.experiments.update.variants import FIRST, SCORED, check_variants, run_variants, step
 from mlpmem.inference.augmented_lm import MemoryAugmentedLM
 from mlpmem.inference.prompts import qa_prompt
 from mlpmem.layout import stage_seconds
@@ -87,14 +88,21 @@ class UpdateStudyConfig(Config):
     """Overrides of the maintenance settings (``update.epochs=3``)."""
     update_variants: dict[str, list[str]] = field(default_factory=dict)
     """Other update recipes, ``{name: [maintenance overrides after maintenance's]}``, each on a copy of the first
-    run (:mod:`mlpmem.experiments.update_variants`)."""
+    run (:mod:`mlpmem.experiments.update.variants`)."""
     from_study: str | None = None
     """A finished study's folder: run ``update_variants`` alone on its first run (``runs/first``), against its
-    retrained memory (:mod:`mlpmem.experiments.update_sweep`); the data settings must be the same."""
+    retrained memory (:mod:`mlpmem.experiments.update.sweep`); the data settings must be the same."""
     from_study_table: bool = False
     """With ``from_study``: the whole table (this study's update, explain and forget, and any variants) on a copy of
     the finished study's first run, against its retrained memory; its first run's and retraining's seconds are
     the finished study's (measured there)."""
+    update_seeds: list[int] = field(default_factory=list)
+    """Maintenance seeds every update variant runs at (``<name>-seed<s>``); the report gives each recipe's mean and
+    standard deviation over them (:mod:`mlpmem.experiments.update.seeds`)."""
+    retrain_seeds: list[int] = field(default_factory=list)
+    """Training seeds (added to the run's ``train.seed``; not 0) the retrained memory is trained again at, on the
+    retrained run's datastore and teacher: the retraining's own spread on the arriving entities, and every
+    update's added entities against the mean of the retrained memories (:mod:`mlpmem.experiments.update.seeds`)."""
     docs_dir: str | None = None
     """Also copy ``report.md`` and ``results.json`` here (e.g. ``docs/results/update``; the runs stay in ``--out``)."""
     seed: int = 0
@@ -111,6 +119,7 @@ class UpdateStudyConfig(Config):
                               "retrained memory it reuses)")
         SyntheticConfig(**self.synthetic)
         check_variants(self.update_variants)
+        check_seeds(self.update_seeds, self.retrain_seeds, self.update_variants)
 
 
 def load_study_config(path: str | Path, overrides: list[str] | None = None) -> UpdateStudyConfig:
@@ -213,8 +222,9 @@ def own_document_rate(run: Run, questions: list[dict], score: dict, limit: int) 
 # -- the study
 
 
-def pipeline_run(cfg: UpdateStudyConfig, folder: Path, corpus: Path, backbone, progress: bool) -> Run:
-    overrides = [f"run_dir={folder}", "corpus.name=null", f"corpus.path={corpus}", *cfg.pipeline_set]
+def pipeline_run(cfg: UpdateStudyConfig, folder: Path, corpus: Path, backbone, progress: bool,
+                 extra: tuple[str, ...] = ()) -> Run:
+    overrides = [f"run_dir={folder}", "corpus.name=null", f"corpus.path={corpus}", *cfg.pipeline_set, *extra]
     run = Run(PipelineConfig.from_yaml(cfg.pipeline, overrides), progress)
     if backbone is not None:
         run._backbone = backbone  # one backbone for every run of the study
@@ -272,8 +282,18 @@ class Study:
         timings["retrain_core_s"] = sum(stage_seconds(core.get(k)) or 0.0 for k in ("keys_train", "teacher", "train"))
         return scratch
 
-    def open_run(self, folder: Path, corpus: Path) -> Run:
-        run = pipeline_run(self.cfg, folder, corpus, self._backbone, self.progress)
+    def retrained_again(self, scratch: Run, scorer: Scorer, scores: dict, timings: dict) -> None:
+        """``retrain_seeds``: the memory of ``scratch`` trained again at each seed, scored on the arriving entities
+        (``scores[retrained_step(seed)]``, its training's seconds in ``timings``)."""
+        corpus, seed0 = Path(scratch.cfg.corpus.path), scratch.cfg.train.seed
+        runs = retrain_at_seeds(scratch, self.cfg.retrain_seeds, self.out,
+                                lambda folder, s: self.open_run(folder, corpus, (f"train.seed={seed0 + s}",)))
+        for seed, (run, seconds) in runs.items():
+            scores[retrained_step(seed)] = {"arriving": scorer.score(run, self.questions["arriving"])}
+            timings[f"{retrained_step(seed)}_train_s"] = seconds
+
+    def open_run(self, folder: Path, corpus: Path, extra: tuple[str, ...] = ()) -> Run:
+        run = pipeline_run(self.cfg, folder, corpus, self._backbone, self.progress, extra)
         self._backbone = run.backbone
         return run
 
@@ -287,8 +307,8 @@ class Study:
     def variants(self, base_dir: Path, corpus: Path, scorer: Scorer, scores: dict) -> dict:
         """The config's ``update_variants``, each updating a copy of the first run in ``base_dir`` and scored on the
         groups of :data:`SCORED` (``scores[step(name)]``); their overrides and seconds by name."""
-        variants = run_variants(self.cfg.update_variants, self.cfg.maintenance, base_dir, self.out,
-                                lambda folder: self.open_run(folder, corpus), self.update,
+        variants = run_variants(expand(self.cfg.update_variants, self.cfg.update_seeds), self.cfg.maintenance,
+                                base_dir, self.out, lambda folder: self.open_run(folder, corpus), self.update,
                                 lambda run: {g: scorer.score(run, self.questions[g]) for g in SCORED})
         for name, variant in variants.items():
             scores[step(name)] = variant.pop("scores")
@@ -297,7 +317,7 @@ class Study:
 
 def run_study(cfg: UpdateStudyConfig, out: Path, progress: bool = True) -> dict:
     """Every step of the module docstring (with ``from_study``, the variants alone:
-    :mod:`mlpmem.experiments.update_sweep`; with ``from_study_table`` too, every step but building the first run and
+    :mod:`mlpmem.experiments.update.sweep`; with ``from_study_table`` too, every step but building the first run and
     retraining, which the finished study did); returns the results written to ``out/results.json``."""
     set_threads()
     if (out / "runs").exists():
@@ -315,6 +335,7 @@ def run_study(cfg: UpdateStudyConfig, out: Path, progress: bool = True) -> dict:
     scores["updated"] = {g: scorer.score(base, qs[g]) for g in ("old", "arriving", "kept", "forgotten")}
     scratch = study.retrained(timings)
     scores["retrained"] = {g: scorer.score(scratch, qs[g]) for g in ("old", "arriving")}
+    study.retrained_again(scratch, scorer, scores, timings)
     asked = qs["arriving"] + qs["old"]
     explained = own_document_rate(base, asked, {"correct": scores["updated"]["arriving"]["correct"] +
                                                  scores["updated"]["old"]["correct"]}, cfg.explain_questions)
@@ -323,11 +344,12 @@ def run_study(cfg: UpdateStudyConfig, out: Path, progress: bool = True) -> dict:
     forget_run(base, names, maintenance)
     timings["forget_s"] = time.perf_counter() - t0
     scores["forgotten"] = {g: scorer.score(base, qs[g]) for g in ("forgotten", "kept", "held_out")}
+    rows = variant_rows(scores, timings, variants)
     results = {**table_rows(scores, timings, explained, cfg),
                "details": {"config": cfg.to_dict(), "groups": {g: len(v) for g, v in groups.items()},
                            "from_study": study.source and str(study.source),
                            "timings": timings, "explain": explained, "scores": without_answers(scores),
-                           "variants": variant_rows(scores, timings, variants)}}
+                           "variants": rows, **seed_details(scores, rows)}}
     write_report(out, results)
     if cfg.docs_dir:
         write_report(Path(cfg.docs_dir), results)
@@ -356,6 +378,13 @@ def cmd_update_study(args: argparse.Namespace) -> None:
                       f"wall time {_fmt(v['cost'])} (<= 0.25)")
         elif key != "details":
             print(f"{key}: {row['value']} (target {row['target']}) {'pass' if row['pass'] else 'FAIL'}")
+    spread = results["details"].get("retrained_spread")
+    if spread:
+        print(f"retrained memory over {spread['n']} seeds: arriving {spread['mean']:.1f} % (sd {spread['sd']:.1f})")
+    for name, r in results["details"].get("recipes", {}).items():
+        print(f"{name} over seeds {r['seeds']}: added {_fmt(r['added']['mean'])}, old kept {_fmt(r['old']['mean'])}"
+              + (f", added vs retrained mean {_fmt(r['added_vs_retrained_mean']['mean'])}"
+                 if "added_vs_retrained_mean" in r else ""))
     print(f"report: {Path(args.out) / 'report.md'}" + (f" (and {cfg.docs_dir})" if cfg.docs_dir else ""))
 
 

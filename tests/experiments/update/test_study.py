@@ -10,11 +10,12 @@ import pytest
 import yaml
 
 from helpers.fast import quiet_and_fast  # noqa: F401 (autouse: no fsync, one thread)
+from helpers.maintenance import digest
 from helpers.paths import CONFIGS
 from mlpmem.cli import main
 from mlpmem.errors import ConfigError
-from mlpmem.experiments.update_study import load_study_config
-from mlpmem.experiments.update_sweep import finished_study
+from mlpmem.experiments.update.study import load_study_config
+from mlpmem.experiments.update.sweep import finished_study
 from mlpmem.maintenance.config import MaintenanceConfig, load_maintenance_config
 from mlpmem.pipeline.config import PipelineConfig
 
@@ -40,6 +41,8 @@ def test_the_presets_load_and_bad_values_are_one_line_errors():
         load_study_config(CONFIGS / "maintenance" / "study.yaml", ["update_variants={e0: [update.epochs=0]}"])
     with pytest.raises(ConfigError, match="from_study_table needs from_study"):
         load_study_config(CONFIGS / "maintenance" / "study.yaml", ["from_study_table=true"])
+    with pytest.raises(ConfigError, match="retrain_seeds"):
+        load_study_config(CONFIGS / "maintenance" / "study.yaml", ["retrain_seeds=[0]"])
 
 
 def test_a_tiny_study_writes_its_table(tmp_path, tiny_backbone_dir, capsys):
@@ -85,24 +88,46 @@ def test_a_tiny_study_writes_its_table(tmp_path, tiny_backbone_dir, capsys):
     # from_study: more recipes on the kept first run, against the same retrained memory, nothing rebuilt
     assert (out / "runs" / "first" / "train").is_dir()
     spec = yaml.safe_load(config.read_text())
-    spec.update(from_study=str(out), update_variants={"again-2": ["update.epochs=2"], "epochs-3": ["update.epochs=3"]})
+    # with every recipe at two maintenance seeds and the retrained memory trained again at another seed
+    spec.update(from_study=str(out), update_variants={"again-2": ["update.epochs=2"], "epochs-3": ["update.epochs=3"]},
+                update_seeds=[0, 1], retrain_seeds=[1])
     config.write_text(yaml.safe_dump(spec))
     sweep_out = tmp_path / "sweep"
     assert main(["update-study", str(config), "--out", str(sweep_out), "--quiet"]) == 0
-    assert "again-2: added" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "again-2-seed1: added" in printed and "again-2 over seeds [0, 1]" in printed
     sweep = json.loads((sweep_out / "results.json").read_text())
-    assert set(sweep["variants"]) == {"again-2", "epochs-3"} and not (sweep_out / "runs" / "retrained").exists()
+    assert set(sweep["variants"]) == {f"{v}-seed{s}" for v in ("again-2", "epochs-3") for s in (0, 1)}
+    assert sweep["variants"]["epochs-3-seed1"]["overrides"] == ["update.epochs=3", "seed=1"]
+    assert not (sweep_out / "runs" / "retrained").exists()  # the finished study's, read in place
     scored = sweep["details"]["scores"]
     assert scored["retrained"]["arriving"] == results["details"]["scores"]["retrained"]["arriving"]
     assert scored["before"]["old"] == results["details"]["scores"]["before"]["old"]
-    again = sweep["variants"]["again-2"]  # the same recipe on the same first run: the study's variant again
+    again = sweep["variants"]["again-2-seed0"]  # the same recipe on the same first run: the study's variant again
     assert (again["added"], again["old"]) == pytest.approx((variant["added"], variant["old"]))
     retrain_s = results["details"]["timings"]["retrain_s"]  # the earlier study's measured retraining
     assert again["cost"] == pytest.approx(again["update_s"] / retrain_s, abs=0.006 / retrain_s)  # update_s: 2 decimals
+    # the retrained memory at seed 1: its own training on a copy of the retrained run's datastore and teacher
+    seed1 = sweep_out / "runs" / "retrained-seed1"
+    assert yaml.safe_load((seed1 / "config.yaml").read_text())["train"]["seed"] == (
+        yaml.safe_load((out / "runs" / "retrained" / "config.yaml").read_text())["train"]["seed"] + 1)
+    for name in ("teacher/manifest.json", "datastore/manifest.json"):
+        assert digest(seed1 / name) == digest(out / "runs" / "retrained" / name)
+    assert digest(seed1 / "memory" / "model.safetensors") != digest(out / "runs" / "retrained" / "memory" /
+                                                                     "model.safetensors")
+    spread = sweep["details"]["retrained_spread"]
+    values = [scored["retrained"]["arriving"]["choice"], scored["retrained-seed1"]["arriving"]["choice"]]
+    assert spread["n"] == 2 and spread["mean"] == pytest.approx(sum(values) / 2)
+    assert again["added_vs_retrained_mean"] == pytest.approx(again["arriving"] / spread["mean"], rel=1e-6)
+    recipe = sweep["details"]["recipes"]["again-2"]
+    assert recipe["seeds"] == [0, 1] and recipe["added"]["mean"] == pytest.approx(
+        (again["added"] + sweep["variants"]["again-2-seed1"]["added"]) / 2)
     report = (sweep_out / "report.md").read_text()
-    assert report.startswith("# Update recipes on the first run of") and "| epochs-3 | update.epochs=3 |" in report
+    assert report.startswith("# Update recipes on the first run of")
+    assert "| epochs-3-seed1 | update.epochs=3, seed=1 |" in report
+    assert "## The retrained memory at other training seeds" in report and "## Recipes over their seeds" in report
     # from_study_table: the study's own table again on a copy of that first run, its retraining reused
-    spec.update(update_variants={}, from_study_table=True)
+    spec.update(update_variants={}, update_seeds=[], retrain_seeds=[], from_study_table=True)
     config.write_text(yaml.safe_dump(spec))
     table_out = tmp_path / "table"
     assert main(["update-study", str(config), "--out", str(table_out), "--quiet"]) == 0

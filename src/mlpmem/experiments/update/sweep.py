@@ -9,7 +9,9 @@ study's questions, so every paired interval pairs the same questions. The wall-t
 study's measured retraining (same data; another process, so the report names where it was measured).
 
 The data settings must be the finished study's (:data:`SAME_DATA`): a differing one is a one-line error naming it.
-A sweep of four recipes costs four updates and their scorings instead of a first run and a retraining each.
+A sweep of four recipes costs four updates and their scorings instead of a first run and a retraining each; with
+``retrain_seeds`` the finished study's retrained memory is trained again at those seeds (its training alone, on a
+copy; :mod:`mlpmem.experiments.update.seeds`).
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from mlpmem.errors import ConfigError
-from mlpmem.experiments.update_study_report import variant_rows, without_answers, write_sweep_report
-from mlpmem.experiments.update_variants import FIRST
+from mlpmem.experiments.update.report import seed_details, variant_rows, without_answers, write_sweep_report
+from mlpmem.experiments.update.variants import FIRST
 from mlpmem.utils.shards import read_json
 
 SAME_DATA = ("pipeline", "pipeline_set", "synthetic", "arriving_fraction", "batches", "seed")
@@ -50,7 +52,7 @@ def finished_study(cfg) -> tuple[Path, dict]:
 
 def run_sweep(cfg, out: Path, study) -> dict:
     """The variants of ``cfg`` on the first run of ``cfg.from_study`` (see the module docstring); ``study``: the
-    study's :class:`~mlpmem.experiments.update_study.Study`; returns the results written to ``out/results.json``."""
+    study's :class:`~mlpmem.experiments.update.study.Study`; returns the results written to ``out/results.json``."""
     source = study.source
     corpus = source / "data" / "base"  # the path the first run was built from: its copies keep reading it
     first, timings = study.open_run(source / "runs" / FIRST, corpus), {}
@@ -59,10 +61,11 @@ def run_sweep(cfg, out: Path, study) -> dict:
     qs = study.questions
     scores = {"before": {"old": scorer.score(first, qs["old"])},  # what the rows compare with, no more
               "retrained": {"arriving": scorer.score(retrained, qs["arriving"])}}
-    variants = study.variants(first.dir, corpus, scorer, scores)
-    results = {"variants": variant_rows(scores, timings, variants),
+    study.retrained_again(retrained, scorer, scores, timings)
+    rows = variant_rows(scores, timings, study.variants(first.dir, corpus, scorer, scores))
+    results = {"variants": rows,
                "details": {"config": cfg.to_dict(), "from_study": str(source), "timings": timings,
-                           "scores": without_answers(scores)}}
+                           "scores": without_answers(scores), **seed_details(scores, rows)}}
     write_sweep_report(out, results)
     if cfg.docs_dir:
         write_sweep_report(Path(cfg.docs_dir), results)

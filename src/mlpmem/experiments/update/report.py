@@ -2,7 +2,7 @@
 
 One key per row of the table, each with its measured ``value``, the ``target`` and whether it is met (``pass``),
 plus what the value is made of. QA values are multiple-choice accuracy in percent
-(:class:`mlpmem.experiments.update_study.Scorer`); exact match of generated answers sits beside them (``em``).
+(:class:`mlpmem.experiments.update.study.Scorer`); exact match of generated answers sits beside them (``em``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import math
 from pathlib import Path
 
 from mlpmem.evaluation.stats import paired_difference, verdict
-from mlpmem.experiments.update_variants import step as variant_step
+from mlpmem.experiments.update.seeds import recipe_means, retrained_spread
+from mlpmem.experiments.update.variants import step as variant_step
 from mlpmem.reporting.tables import DASH, markdown_table
 from mlpmem.utils.shards import write_json
 
@@ -46,6 +47,7 @@ def table_rows(scores: dict, timings: dict, explained: dict, cfg) -> dict:
     """The six rows of the table (see the module docstring)."""
     s = lambda step, group: scores[step][group]["choice"]  # noqa: E731
     added = ratio(s("updated", "arriving"), s("retrained", "arriving"))
+    spread = retrained_spread(scores)
     old = ratio(s("updated", "old"), s("before", "old"))
     cost = ratio(timings["update_s"], timings["retrain_s"])
     held, n_held = s("forgotten", "held_out"), scores["forgotten"]["held_out"]["n"]
@@ -57,6 +59,7 @@ def table_rows(scores: dict, timings: dict, explained: dict, cfg) -> dict:
             "QA on the added entities after update, vs a memory retrained from scratch", added, ">= 0.90",
             added is not None and added >= 0.90, update=s("updated", "arriving"), retrained=s("retrained", "arriving"),
             delta_points=_paired(scores, ("retrained", "arriving"), ("updated", "arriving")),
+            vs_retrained_mean=spread and ratio(s("updated", "arriving"), spread["mean"]),
             em=_em(scores, {"update": ("updated", "arriving"), "retrained": ("retrained", "arriving")})),
         "qa_old_after_update_vs_before": _row(
             "QA on the old entities after update, vs before", old, ">= 0.95", old is not None and old >= 0.95,
@@ -90,16 +93,51 @@ def variant_rows(scores: dict, timings: dict, variants: dict) -> dict:
     """Per update variant, the study's update rows: added entities vs the retrained memory, old entities vs before
     the update (ratios, and paired differences in points), wall time vs retraining."""
     s = lambda at, group: scores[at][group]["choice"]  # noqa: E731
-    out = {}
+    spread, out = retrained_spread(scores), {}
     for name, v in variants.items():
         at = variant_step(name)
         out[name] = {"overrides": v["overrides"], "update_s": round(v["seconds"], 2),
                      "added": ratio(s(at, "arriving"), s("retrained", "arriving")), "arriving": s(at, "arriving"),
                      "added_delta_points": _paired(scores, ("retrained", "arriving"), (at, "arriving")),
+                     "added_vs_retrained_mean": spread and ratio(s(at, "arriving"), spread["mean"]),
                      "old": ratio(s(at, "old"), s("before", "old")), "old_choice": s(at, "old"),
                      "old_delta_points": _paired(scores, ("before", "old"), (at, "old")),
                      "cost": ratio(v["seconds"], timings["retrain_s"])}
     return out
+
+
+def seed_details(scores: dict, variants: dict) -> dict:
+    """The retrained memories' spread over seeds and each seeded recipe's means (:mod:`.seeds`), for
+    ``details``; empty without either."""
+    spread, recipes = retrained_spread(scores), recipe_means(variants)
+    return {**({"retrained_spread": spread} if spread else {}), **({"recipes": recipes} if recipes else {})}
+
+
+def _mean_cell(stat: dict | None) -> str:
+    if stat is None:
+        return DASH
+    return f"{stat['mean']:.3f}" + ("" if stat["sd"] is None else f" (sd {stat['sd']:.3f})")
+
+
+def _seed_section(details: dict) -> str:
+    """The retrained memories over seeds and the recipes' means over their seeds ("" without either)."""
+    text, spread, recipes = "", details.get("retrained_spread"), details.get("recipes")
+    if spread:
+        rows = [[step, f"{value:.1f}"] for step, value in spread["arriving"].items()]
+        text += ("## The retrained memory at other training seeds\n\nThe memory retrained from scratch again at "
+                 "other training seeds, on the same datastore and teacher (`retrain_seeds`), scored on the "
+                 f"arriving entities:\n\n{markdown_table(['memory', 'arriving (multiple choice %)'], rows)}\n\n"
+                 f"Mean {spread['mean']:.1f} %, standard deviation {spread['sd']:.1f} points over {spread['n']} "
+                 "seeds; `added vs retrained mean` divides an update's arriving entities by this mean.\n\n")
+    if recipes:
+        rows = [[name, ", ".join(map(str, r["seeds"])), _mean_cell(r.get("added")),
+                 _mean_cell(r.get("added_vs_retrained_mean")), _mean_cell(r.get("old")), _mean_cell(r.get("cost"))]
+                for name, r in recipes.items()]
+        header = ["recipe", "maintenance seeds", "added vs retrained", "added vs retrained mean", "old kept",
+                  "wall time vs retrain"]
+        text += ("## Recipes over their seeds\n\nEach recipe's update rows averaged over the maintenance seeds it "
+                 f"ran at (`update_seeds`), standard deviation in brackets:\n\n{markdown_table(header, rows)}\n\n")
+    return text
 
 
 def without_answers(scores: dict) -> dict:
@@ -152,6 +190,7 @@ def write_sweep_report(out: Path, results: dict) -> None:
             f"λ = {cfg['lam']}). Wall time is divided by the retraining measured in `{source}` "
             f"({details['timings']['retrain_s']:.1f} s; same data, another process).\n\n"
             f"{markdown_table(VARIANT_HEADER, _variant_cells(results['variants']))}\n\n{VARIANT_TARGETS}\n\n"
+            f"{_seed_section(details)}"
             f"## QA per group and step (multiple choice %)\n\n{_score_table(details['scores'], ())}\n")
     (out / "report.md").write_text(text)
 
@@ -209,7 +248,8 @@ def write_report(out: Path, results: dict) -> None:
             f"{1 + cfg['distractors']} values (chance {100 / (1 + cfg['distractors']):.1f} %), memory mixed at "
             f"λ = {cfg['lam']}" + (f"; EM of generated answers after {cfg['shots']} demonstrations beside it"
                                    if cfg["em"] else "") + ".\n\n"
-            f"{table}\n\n{notes}{_variant_table(results)}## QA per group and step (multiple choice % / EM %)\n\n"
+            f"{table}\n\n{notes}{_variant_table(results)}{_seed_section(details)}"
+            "## QA per group and step (multiple choice % / EM %)\n\n"
             f"{_score_table(details['scores'])}\n\n"
             f"## Wall time\n\n{timings}\n\nThe retraining time (`retrain_s`) covers every stage a memory built "
             "from scratch needs: the datastore (training keys and the evaluation keystores), the kNN-LM sweep (it "

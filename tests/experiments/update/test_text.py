@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-import mlpmem.experiments.update_text as update_text
+import mlpmem.experiments.update.text as update_text
 from helpers.corpus import corpus_text
 from helpers.fast import quiet_and_fast  # noqa: F401 (autouse: no fsync, one thread)
 from helpers.maintenance import digest

@@ -123,7 +123,7 @@ def write_report(out: Path, results: dict) -> None:
     table = markdown_table(["text", "tokens", "backbone", "memory + backbone before", "memory + backbone after",
                             "after / before"], rows)
     text = (f"# Updating a Shakespeare run with plays it did not see\n\n"
-            f"`mlpmem update-text {results['run']} --out DIR` (see `mlpmem.experiments.update_text`): the first "
+            f"`mlpmem update-text {results['run']} --out DIR` (see `mlpmem.experiments.update.text`): the first "
             f"{results['add_tokens']:,} tokens of {', '.join(results['plays'])} added by `mlpmem update`, the next "
             f"{results['eval_tokens']:,} held out; memory mixed at the run's validation λ = {results['lambda']:g}. "
             f"Test perplexity:\n\n{table}\n\nThe update took {results['update_seconds']:.0f} s (keys of the added "
