@@ -208,6 +208,14 @@ on480 update-sweep-480-fresh-replicates update-480-fresh-replicates "$FRESH,upda
   --set "update_variants={fresh-r05-e16-seed1: [seed=1], fresh-r05-e16-seed2: [seed=2]}"
 on480 update-table-480-fresh update-480-fresh-table \
   "$FRESH,update.replay_ratio=0.5,forget.replay_draw=epoch,forget.epochs=4" --set from_study_table=true
+# 20 epochs at three seeds (-fresh20); the whole table with it and a six-epoch forget, the recipe again at three
+# seeds (update_seeds) and the retrained memory at two more training seeds (retrain_seeds; -fresh20-table)
+FRESH20="update.lr=0.001,update.replay_draw=epoch,forget.replay_ratio=2,update.epochs=20,update.replay_ratio=0.5"
+on480 update-sweep-480-fresh20 update-480-fresh20 "$FRESH20" \
+  --set "update_variants={fresh-r05-e20-seed0: [seed=0], fresh-r05-e20-seed1: [seed=1], fresh-r05-e20-seed2: [seed=2]}"
+on480 update-table-480-fresh20 update-480-fresh20-table "$FRESH20,forget.replay_draw=epoch,forget.epochs=6" \
+  --set from_study_table=true --set "update_variants={fresh-r05-e20: []}" --set "update_seeds=[0, 1, 2]" \
+  --set "retrain_seeds=[1, 2]"
 # lm-eval scoring on the 480-entity study's retrained run (after its evaluation): one backbone pass for backbone,
 # memory and kNN-LM (docs/results/lm-eval-one-pass), bf16 against fp32 (docs/results/lm-eval-precision); and the
 # study's multiple-choice scorer with shared contexts (docs/results/choice-scoring)
