@@ -2,7 +2,7 @@
 
 One key per row of the table, each with its measured ``value``, the ``target`` and whether it is met (``pass``),
 plus what the value is made of. QA values are multiple-choice accuracy in percent
-(:class:`mlpmem.experiments.update.study.Scorer`); exact match of generated answers sits beside them (``em``).
+(:class:`mlpmem.experiments.update.scoring.Scorer`); exact match of generated answers sits beside them (``em``).
 """
 
 from __future__ import annotations
