@@ -67,6 +67,11 @@ def test_a_tiny_study_writes_its_table(tmp_path, tiny_backbone_dir, capsys):
     assert delta["delta"] == pytest.approx(added["update"] - added["retrained"], abs=0.01)
     assert delta["ci95"][0] <= delta["delta"] <= delta["ci95"][1]
     assert "added entities, updated − retrained" in (out / "report.md").read_text()
+    forgotten = results["qa_forgotten_after_forget"]  # two groups of questions: resampled apart
+    held = forgotten["vs_held_out"]
+    assert held["delta"] == pytest.approx(forgotten["value"] - forgotten["held_out"], abs=0.01)
+    assert held["ci95"][0] <= held["delta"] <= held["ci95"][1] and forgotten["vs_unseen"]["n"] >= 1
+    assert "forgotten entities after forget − the held-out entities" in (out / "report.md").read_text()
     explain = results["explain_top_document_is_own"]
     assert explain["asked"] <= 4 and (explain["asked"] == 0 or 0 <= explain["neighbour_rate"] <= 1)
     assert results["cost_update_vs_retrain"]["update_s"] > 0 and results["cost_update_vs_retrain"]["retrain_s"] > 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from mlpmem.evaluation.stats import paired_difference, verdict
+from mlpmem.evaluation.stats import paired_difference, unpaired_difference, verdict
 from mlpmem.experiments.update.seeds import recipe_means, retrained_spread
 from mlpmem.experiments.update.variants import step as variant_step
 from mlpmem.reporting.tables import DASH, markdown_table
@@ -27,13 +27,14 @@ def _em(scores: dict, pairs: dict[str, tuple[str, str]]) -> dict:
     return {name: scores[step][group].get("em") for name, (step, group) in pairs.items()}
 
 
-def _paired(scores: dict, before: tuple[str, str], after: tuple[str, str]) -> dict | None:
-    """after − before in points of multiple-choice accuracy on the same questions, with its paired 95 % interval
-    (seeded bootstrap) and verdict; None when the per-question scores are not there."""
+def _paired(scores: dict, before: tuple[str, str], after: tuple[str, str], paired: bool = True) -> dict | None:
+    """after − before in points of multiple-choice accuracy, with its 95 % interval (seeded bootstrap: paired on
+    the same questions, or with ``paired=False`` two groups of questions resampled apart) and verdict; None when
+    the per-question scores are not there."""
     a, b = scores[before[0]][before[1]].get("correct"), scores[after[0]][after[1]].get("correct")
-    if not a or not b or len(a) != len(b):
+    if not a or not b or (paired and len(a) != len(b)):
         return None
-    d = paired_difference([100.0 * x for x in a], [100.0 * x for x in b])
+    d = (paired_difference if paired else unpaired_difference)([100.0 * x for x in a], [100.0 * x for x in b])
     return {"delta": round(d.estimate, 2), "ci95": [round(d.low, 2), round(d.high, 2)], "n": d.n,
             "verdict": verdict(d)}
 
@@ -75,6 +76,8 @@ def table_rows(scores: dict, timings: dict, explained: dict, cfg) -> dict:
             "QA on the forgotten entities after forget (held-out entities: chance)", s("forgotten", "forgotten"),
             "<= held-out level (+2 standard errors)", s("forgotten", "forgotten") <= held + margin,
             before=s("updated", "forgotten"), held_out=held, chance=100 / (1 + cfg.distractors),
+            vs_held_out=_paired(scores, ("forgotten", "held_out"), ("forgotten", "forgotten"), paired=False),
+            vs_unseen=_paired(scores, ("before", "arriving"), ("forgotten", "forgotten"), paired=False),
             em=_em(scores, {"before": ("updated", "forgotten"), "after": ("forgotten", "forgotten"),
                             "held_out": ("forgotten", "held_out")})),
         "qa_kept_after_forget": _row(
@@ -224,6 +227,14 @@ def _notes(results: dict) -> str:
         if d:
             lines.append(f"- {what}: {d['delta']:+.1f} points of multiple-choice accuracy, 95 % paired interval "
                          f"[{d['ci95'][0]:+.1f}, {d['ci95'][1]:+.1f}] over {d['n']} questions: {d['verdict']}.")
+    forgotten = results["qa_forgotten_after_forget"]
+    for key, base in (("vs_held_out", "the held-out entities after the forget"),
+                      ("vs_unseen", "the arriving entities before the memory saw them")):
+        d = forgotten.get(key)
+        if d:
+            lines.append(f"- forgotten entities after forget − {base}: {d['delta']:+.1f} points, 95 % interval "
+                         f"[{d['ci95'][0]:+.1f}, {d['ci95'][1]:+.1f}] (two groups of questions resampled apart; "
+                         f"base: {base}): {d['verdict']}.")
     row = results["explain_top_document_is_own"]
     if row.get("neighbour_rate") is not None:
         lines.append(f"- explain: the document best supported by the answer position's own neighbours (without the "
