@@ -29,6 +29,9 @@ def test_the_presets_load_and_bad_values_are_one_line_errors():
     assert study.synthetic["num_entities"] == 120
     train = PipelineConfig.from_yaml(study.pipeline, study.pipeline_set).train  # the recipe its report measured
     assert (train.epochs, train.eval_every, train.patience) == (3, None, None)
+    large = load_study_config(CONFIGS / "maintenance" / "study-480.yaml")  # the table of docs/results/update
+    assert large.synthetic["num_entities"] == 480 and large.update_seeds == [0, 1, 2] and large.retrain_seeds == [1, 2]
+    assert load_maintenance_config(overrides=large.maintenance).update.replay_draw == "epoch"
     with pytest.raises(ConfigError, match="update.replay_ratio"):
         load_maintenance_config(overrides=["update.replay_ratio=-1"])
     with pytest.raises(ConfigError, match="forget.target"):
