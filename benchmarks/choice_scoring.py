@@ -4,7 +4,7 @@
 
 ``RUN`` is a finished synthetic-facts run (e.g. ``runs/update-study-480-lr/runs/updated``, which
 ``mlpmem update-study`` writes); its memory is mixed at the study's λ and scores ``--questions`` questions of the
-same generator (each against its distractors, as :class:`mlpmem.experiments.update.study.Scorer` asks them) both
+same generator (each against its distractors, as :class:`mlpmem.experiments.update.scoring.Scorer` asks them) both
 ways, interleaved round by round after a warm-up. Written: ``report.md`` and ``results.json`` (seconds, the ratio of
 medians, the largest difference of any sum and whether every question's choice is the same).
 """
@@ -18,7 +18,9 @@ from mlpmem.experiments.bench.common import interleave, summarize, threads
 from mlpmem.experiments.bench.infer.measure import machine
 from mlpmem.experiments.qa.choice import continuation_logprobs
 from mlpmem.experiments.qa.synthetic import SyntheticConfig, generate
-from mlpmem.experiments.update.study import Scorer, UpdateStudyConfig, questions_of
+from mlpmem.experiments.update.groups import questions_of
+from mlpmem.experiments.update.scoring import Scorer
+from mlpmem.experiments.update.study import UpdateStudyConfig
 from mlpmem.inference.augmented_lm import MemoryAugmentedLM
 from mlpmem.inference.prompts import qa_prompt
 from mlpmem.maintenance.finetune import load_memory

@@ -19,7 +19,8 @@ from mlpmem.experiments.bench.common import interleave, summarize, threads
 from mlpmem.experiments.bench.infer.measure import machine
 from mlpmem.experiments.qa.eval_qa import GenerationConfig, evaluate_questions
 from mlpmem.experiments.qa.synthetic import SyntheticConfig, generate
-from mlpmem.experiments.update.study import UpdateStudyConfig, questions_of
+from mlpmem.experiments.update.groups import questions_of
+from mlpmem.experiments.update.study import UpdateStudyConfig
 from mlpmem.inference.augmented_lm import MemoryAugmentedLM
 from mlpmem.maintenance.finetune import load_memory
 from mlpmem.pipeline.hf_export import open_run
