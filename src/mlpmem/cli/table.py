@@ -248,6 +248,8 @@ EXPERIMENTS = [
                     help="only backbone/memory/knnlm from one backbone pass vs one at a time"),
                 Arg("--compare-precision", choices=("bf16", "auto"), default_from=LM_EVAL_BENCH,
                     help="only backbone/memory/knnlm at fp32 vs this precision (lm-eval-precision.md)"),
+                Arg("--profile", action="store_true",
+                    help="with --compare-precision: one more round each under torch.profiler, per operator"),
                 Arg("--docs", dest="docs_dir", default_from=LM_EVAL_BENCH,
                     help="folder of lm-eval-contexts.md and .json"))),
     Command("scale", "bench", "mlpmem.experiments.bench.scale.run:main_from_args",

@@ -53,7 +53,7 @@ def test_bench_lm_eval_compare_precision(tiny_run, tmp_path):
     write_task(folder, "tiny_mc_again", MC_TASK, folder / "items.jsonl")  # two tasks: a task average to pair
     cfg = LmEvalBenchConfig(run=str(tiny_run), methods=["backbone", "memory", "rag-bm25"], tasks_dir=str(folder),
                             tasks=["tiny_mc", "tiny_mc_again"], limit=3, threads=1, docs_dir=str(tmp_path / "docs"),
-                            compare_precision="bf16")
+                            compare_precision="bf16", profile=True)
     r = main(cfg)["precision"]
     assert r["methods"] == ["backbone", "memory"] and r["precision"] == "bf16" and r["speedup_wall"] > 0
     for method, m in r["agreement"].items():
@@ -63,13 +63,18 @@ def test_bench_lm_eval_compare_precision(tiny_run, tmp_path):
         assert set(m["delta"]) == {"acc", "acc_mutual_info"} and m["delta"]["acc"]["n"] == 2 * len(MC_ITEMS)
     assert set(r["vs_backbone"]["memory"]) == {"fp32", "bf16"}
     text = (tmp_path / "docs" / "lm-eval-precision.md").read_text()
-    assert "at fp32 and at bf16" in text and "--compare-precision bf16" in text
+    assert "at fp32 and at bf16" in text and "--compare-precision bf16 --profile" in text
+    profile = r["profile"]  # one more round each under the profiler
+    assert profile["ways"] == ["fp32", "bf16"] and min(profile["total_ms"].values()) > 0
+    assert profile["rows"][-1]["op"] == "(other operators)" and any(row["op"].startswith("aten::")
+                                                                    for row in profile["rows"])
+    assert "Where the time goes" in text and "| total |" in text
     assert not (tmp_path / "docs" / "lm-eval-contexts.md").exists()
 
 
 @pytest.mark.parametrize("bad", [{"methods": ["mosaics"]}, {"methods": ["nope"]}, {"limit": 0},
                                  {"methods": ["memory", "rag-bm25"], "per_method": False},
-                                 {"compare_precision": "fp16"},
+                                 {"compare_precision": "fp16"}, {"profile": True},
                                  {"methods": ["rag-bm25"], "compare_precision": "bf16"}])
 def test_bench_lm_eval_bad_settings_are_one_line_errors(bad):
     with pytest.raises(ConfigError, match="bench lm-eval"):

@@ -51,6 +51,8 @@ def bench_lm_eval(args: argparse.Namespace) -> None:
 
     values = _given(args, ("run", "methods", "limit", "repeats", "threads", "tasks_dir", "docs_dir",
                            "compare_precision"))
+    if args.profile:
+        values["profile"] = True
     if args.one_pass_only:
         values["per_method"] = False
     lm_eval_contexts.main(lm_eval_contexts.LmEvalBenchConfig(**values))

@@ -55,6 +55,9 @@ class LmEvalBenchConfig(Config):
     """Time each method's shared contexts vs HFLM's path (False: only the one-pass comparison)."""
     compare_precision: str | None = None
     """``bf16`` (or ``auto``): only the one-pass methods at fp32 vs at this precision, speed and scores."""
+    profile: bool = False
+    """With ``compare_precision``: one more round at each precision under ``torch.profiler``, its operators'
+    self CPU time side by side in the report (:mod:`mlpmem.experiments.bench.op_profile`)."""
     out_dir: str = "runs/bench/lm-eval"
     docs_dir: str = "docs/results/speed"
     """Where ``lm-eval-contexts.md`` and ``lm-eval-contexts.json`` are written."""
@@ -68,6 +71,8 @@ class LmEvalBenchConfig(Config):
             raise ConfigError("bench lm-eval with --one-pass-only needs two or more of backbone, memory, knnlm")
         if self.compare_precision not in (None, "bf16", "auto"):
             raise ConfigError(f"bench lm-eval --compare-precision must be bf16 or auto, got {self.compare_precision!r}")
+        if self.profile and not self.compare_precision:
+            raise ConfigError("bench lm-eval --profile profiles the --compare-precision rounds: give it too")
         if self.compare_precision and not one_pass_labels(self.methods):
             raise ConfigError("bench lm-eval --compare-precision needs backbone, memory or knnlm among the methods")
 
@@ -132,7 +137,8 @@ def _command(cfg: LmEvalBenchConfig, used: int) -> str:
     return (f"mlpmem bench lm-eval {cfg.run} --methods {','.join(cfg.methods)} --limit {cfg.limit} "
             f"--repeats {cfg.repeats} --threads {used}" + (f" --tasks-dir {cfg.tasks_dir}" if cfg.tasks_dir else "")
             + ("" if cfg.per_method else " --one-pass-only")
-            + (f" --compare-precision {cfg.compare_precision}" if cfg.compare_precision else ""))
+            + (f" --compare-precision {cfg.compare_precision}" if cfg.compare_precision else "")
+            + (" --profile" if cfg.profile else ""))
 
 
 def _header(cfg: LmEvalBenchConfig, used: int, command: str) -> str:

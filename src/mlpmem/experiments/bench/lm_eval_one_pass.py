@@ -26,24 +26,21 @@ def one_pass_labels(methods: list[str]) -> list[str]:
     return [m for m in methods if m in ONE_PASS_METHODS]
 
 
+def one_round(cfg, manager, one: OnePass | None, models: dict, last: dict) -> None:
+    """``cfg.tasks`` scored once by each of ``models`` (``{method: lm-eval model}``; a one pass's scores dropped
+    first, so that the round computes them), each method's lm-eval output into ``last``."""
+    if one is not None:
+        one.scores.clear()
+    for m, lm in models.items():
+        last[m] = simple_evaluate(model=lm, tasks=cfg.tasks, task_manager=manager, limit=cfg.limit, log_samples=True)
+
+
 def timed_rounds(cfg, manager, ways: dict[str, tuple[OnePass | None, dict]]) -> tuple[dict, dict]:
-    """Each way's models ``(one pass or None, {method: lm-eval model})`` scoring ``cfg.tasks``, the ways interleaved
-    round by round (a way's one-pass scores dropped before each round, so every round computes them):
-    ``(seconds per way, {way: {method: lm-eval output of the last round}})``."""
+    """Each way's models ``(one pass or None, {method: lm-eval model})`` scoring ``cfg.tasks`` (:func:`one_round`),
+    the ways interleaved round by round: ``(seconds per way, {way: {method: lm-eval output of the last round}})``."""
     last: dict[str, dict] = {name: {} for name in ways}
-
-    def every(name: str):
-        one, models = ways[name]
-
-        def go():
-            if one is not None:
-                one.scores.clear()
-            for m, lm in models.items():
-                last[name][m] = simple_evaluate(model=lm, tasks=cfg.tasks, task_manager=manager, limit=cfg.limit,
-                                                log_samples=True)
-        return go
-
-    return interleave({name: every(name) for name in ways}, cfg.warmup, cfg.repeats), last
+    rounds = {name: (lambda n=name: one_round(cfg, manager, *ways[n], last[n])) for name in ways}
+    return interleave(rounds, cfg.warmup, cfg.repeats), last
 
 
 def speedups(seconds: dict, slow: str, fast: str) -> dict:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from mlpmem.evaluation.compare import AVERAGE, compare, per_item
 from mlpmem.evaluation.one_pass import OnePass
-from mlpmem.experiments.bench.lm_eval_one_pass import one_pass_labels, speedups, timed_rounds
+from mlpmem.experiments.bench.lm_eval_one_pass import one_pass_labels, one_round, speedups, timed_rounds
+from mlpmem.experiments.bench.op_profile import op_profile, profile_summary, profile_table
 from mlpmem.reporting.tables import markdown_table
 
 EXACT = "fp32"
@@ -26,9 +27,13 @@ def measure_precision(cfg, manager, responses) -> dict:
     labels, low = one_pass_labels(cfg.methods), cfg.compare_precision
     args = {m: {} if m == "memory" else {"method": m} for m in labels}
     passes = {p: OnePass({m: {"run": cfg.run, "precision": p, **args[m]} for m in labels}) for p in (EXACT, low)}
-    seconds, last = timed_rounds(cfg, manager, {p: (one, one.models(cfg.batch_size)) for p, one in passes.items()})
+    ways = {p: (one, one.models(cfg.batch_size)) for p, one in passes.items()}
+    seconds, last = timed_rounds(cfg, manager, ways)
     out = {"methods": labels, "precision": low, **speedups(seconds, EXACT, low),
            "agreement": {m: agreement(last[EXACT][m], last[low][m], responses) for m in labels}}
+    if cfg.profile:  # one more round each, untimed, under the profiler
+        out["profile"] = profile_summary({p: op_profile(lambda p=p: one_round(cfg, manager, *ways[p], {}))
+                                          for p in ways})
     if "backbone" in labels:
         out["vs_backbone"] = {m: {p: average_deltas(compare(last[p]["backbone"], last[p][m])) for p in passes}
                               for m in labels if m != "backbone"}
@@ -80,4 +85,10 @@ def precision_report(r: dict) -> str:
                 for m, d in r["vs_backbone"].items() for k in METRIC_NAMES if k in d[EXACT] and k in d[low]]
         parts += ["", "Each method vs the backbone (paired, task average, points), as the battery reports it:", "",
                   markdown_table(["method", "metric", "Δ vs backbone at fp32", f"Δ vs backbone at {low}"], rows)]
+    if r.get("profile"):
+        parts += ["", "### Where the time goes: one more round at each precision under `torch.profiler`", "",
+                  "Self CPU time per operator (its own, without the operators it calls), the operators that take "
+                  "the most time at either precision; the profiler's own overhead is in every call, so compare the "
+                  "shares and the ratio, not the milliseconds, with the timed rounds.", "",
+                  profile_table(r["profile"])]
     return "\n".join(parts)
