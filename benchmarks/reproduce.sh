@@ -155,7 +155,7 @@ $M scale-data configs/default.yaml $OLD --set corpus.options.n_train=35 --train-
   --out runs/data-scaling-35 --quiet
 mkdir -p docs/results/data-scaling-35 && cp runs/data-scaling-35/{report.md,results.json,data_scaling.png} docs/results/data-scaling-35/
 $M summarize runs/data-scaling-35/runs/train-* --copy-reports docs/results/data-scaling-35
-# update / forget / explain on synthetic facts (docs/results/update)
+# update / forget / explain on synthetic facts, 120 entities (docs/results/update-120)
 MLPMEM_THREADS=1 $M update-study configs/maintenance/study.yaml --out runs/update-study --quiet
 # ... with the replayed positions taught the memory's own earlier distribution (docs/results/update-replay)
 MLPMEM_THREADS=1 $M update-study configs/maintenance/study.yaml --out runs/update-study-replay --quiet \
@@ -209,11 +209,12 @@ on480 update-sweep-480-fresh-replicates update-480-fresh-replicates "$FRESH,upda
 on480 update-table-480-fresh update-480-fresh-table \
   "$FRESH,update.replay_ratio=0.5,forget.replay_draw=epoch,forget.epochs=4" --set from_study_table=true
 # 20 epochs at three seeds (-fresh20); the whole table with it and a six-epoch forget, the recipe again at three
-# seeds (update_seeds) and the retrained memory at two more training seeds (retrain_seeds; -fresh20-table)
+# seeds (update_seeds) and the retrained memory at two more training seeds (retrain_seeds): docs/results/update,
+# which `mlpmem update-study configs/maintenance/study-480.yaml --out runs/update-study-480` also builds from scratch
 FRESH20="update.lr=0.001,update.replay_draw=epoch,forget.replay_ratio=2,update.epochs=20,update.replay_ratio=0.5"
 on480 update-sweep-480-fresh20 update-480-fresh20 "$FRESH20" \
   --set "update_variants={fresh-r05-e20-seed0: [seed=0], fresh-r05-e20-seed1: [seed=1], fresh-r05-e20-seed2: [seed=2]}"
-on480 update-table-480-fresh20 update-480-fresh20-table "$FRESH20,forget.replay_draw=epoch,forget.epochs=6" \
+on480 update-table-480-fresh20 update "$FRESH20,forget.replay_draw=epoch,forget.epochs=6" \
   --set from_study_table=true --set "update_variants={fresh-r05-e20: []}" --set "update_seeds=[0, 1, 2]" \
   --set "retrain_seeds=[1, 2]"
 # lm-eval scoring on the 480-entity study's retrained run (after its evaluation): one backbone pass for backbone,
