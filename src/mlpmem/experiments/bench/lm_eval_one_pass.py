@@ -26,13 +26,15 @@ def one_pass_labels(methods: list[str]) -> list[str]:
     return [m for m in methods if m in ONE_PASS_METHODS]
 
 
-def one_round(cfg, manager, one: OnePass | None, models: dict, last: dict) -> None:
+def one_round(cfg, manager, one: OnePass | None, models: dict, last: dict, limit: int | None = None) -> None:
     """``cfg.tasks`` scored once by each of ``models`` (``{method: lm-eval model}``; a one pass's scores dropped
-    first, so that the round computes them), each method's lm-eval output into ``last``."""
+    first, so that the round computes them), each method's lm-eval output into ``last``; ``limit`` items per task
+    (default ``cfg.limit``)."""
     if one is not None:
         one.scores.clear()
     for m, lm in models.items():
-        last[m] = simple_evaluate(model=lm, tasks=cfg.tasks, task_manager=manager, limit=cfg.limit, log_samples=True)
+        last[m] = simple_evaluate(model=lm, tasks=cfg.tasks, task_manager=manager, limit=limit or cfg.limit,
+                                  log_samples=True)
 
 
 def timed_rounds(cfg, manager, ways: dict[str, tuple[OnePass | None, dict]]) -> tuple[dict, dict]:

@@ -19,6 +19,9 @@ from mlpmem.experiments.bench.op_profile import op_profile, profile_summary, pro
 from mlpmem.reporting.tables import markdown_table
 
 EXACT = "fp32"
+PROFILE_ITEMS = 3
+"""Items per task of the profiled round: the profiler keeps every operator call in memory (a whole round of the
+battery's tasks takes more than 16 GiB)."""
 METRIC_NAMES = {"acc": "acc", "acc_mutual_info": "PMI"}
 
 
@@ -32,8 +35,9 @@ def measure_precision(cfg, manager, responses) -> dict:
     out = {"methods": labels, "precision": low, **speedups(seconds, EXACT, low),
            "agreement": {m: agreement(last[EXACT][m], last[low][m], responses) for m in labels}}
     if cfg.profile:  # one more round each, untimed, under the profiler
-        out["profile"] = profile_summary({p: op_profile(lambda p=p: one_round(cfg, manager, *ways[p], {}))
-                                          for p in ways})
+        items = min(cfg.limit, PROFILE_ITEMS)
+        rounds = {p: (lambda p=p: one_round(cfg, manager, *ways[p], {}, items)) for p in ways}
+        out["profile"] = {**profile_summary({p: op_profile(go) for p, go in rounds.items()}), "items_per_task": items}
     if "backbone" in labels:
         out["vs_backbone"] = {m: {p: average_deltas(compare(last[p]["backbone"], last[p][m])) for p in passes}
                               for m in labels if m != "backbone"}
@@ -86,7 +90,8 @@ def precision_report(r: dict) -> str:
         parts += ["", "Each method vs the backbone (paired, task average, points), as the battery reports it:", "",
                   markdown_table(["method", "metric", "Δ vs backbone at fp32", f"Δ vs backbone at {low}"], rows)]
     if r.get("profile"):
-        parts += ["", "### Where the time goes: one more round at each precision under `torch.profiler`", "",
+        parts += ["", "### Where the time goes: one more round at each precision under `torch.profiler` "
+                  f"({r['profile']['items_per_task']} items per task)", "",
                   "Self CPU time per operator (its own, without the operators it calls), the operators that take "
                   "the most time at either precision; the profiler's own overhead is in every call, so compare the "
                   "shares and the ratio, not the milliseconds, with the timed rounds.", "",
