@@ -52,3 +52,21 @@ def test_inference_scope_keeps_autocast_and_its_weight_casts_open_between_calls(
     assert torch.equal(held, per_call)
     with inference_scope(model, "fp32"):
         assert not torch.is_autocast_enabled("cpu")
+
+
+def test_inference_scope_caches_the_casts_of_frozen_weights_and_freezes_them_again():
+    """torch caches only the casts of weights that require grad: a frozen one (a tied head) is cast once in the
+    scope too, gives the same numbers, and is frozen again when the scope exits."""
+    layer, x = torch.nn.Linear(64, 64), torch.randn(4, 64)
+    layer.weight.requires_grad_(False)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        per_call = layer(x)
+    with inference_scope(layer, "bf16"):
+        with torch.profiler.profile() as prof:
+            for _ in range(3):
+                held = layer(x)
+        assert not torch.is_grad_enabled() and held.grad_fn is None
+    casts = sum(e.count for e in prof.key_averages() if e.key == "aten::_to_copy")
+    assert casts == 3 + 2  # the input at every call, the frozen weight and the bias once each (not 3 + 3 + 1)
+    assert not layer.weight.requires_grad and layer.bias.requires_grad
+    assert torch.equal(held, per_call)

@@ -103,8 +103,18 @@ def autocast(model: nn.Module, precision: str = "fp32"):
 def inference_scope(model: nn.Module, precision: str = "fp32"):
     """No grad and one :func:`autocast` held open around MANY inference calls of ``model`` (inner contexts nest).
 
-    torch keeps the bf16 copy of each parameter it casts (one that requires grad) until the outermost autocast
-    context exits, so inside this scope every weight is cast once, not once per call: what makes bf16 pay for many
-    small calls (a context then its continuations on a KV cache). Only while the weights do not change."""
+    torch keeps the bf16 copy of each parameter it casts until the outermost autocast context exits, so inside
+    this scope every weight is cast once, not once per call: what makes bf16 pay for many small calls (a context
+    then its continuations on a KV cache). Only while the weights do not change. torch caches only the casts of
+    parameters that require grad, so a frozen one (the tied output embedding, which a tied memory head shares: the
+    largest matrix) would be cast at every call; under no_grad, marking it as requiring grad changes nothing else,
+    and it is frozen again when the scope exits."""
+    frozen = [p for p in model.parameters() if not p.requires_grad]
     with torch.no_grad(), autocast(model, precision):
-        yield
+        for p in frozen:
+            p.requires_grad_(True)
+        try:
+            yield
+        finally:
+            for p in frozen:
+                p.requires_grad_(False)
