@@ -226,8 +226,9 @@ $M bench lm-eval runs/update-study-480-lr/runs/retrained --methods backbone,memo
 cp runs/bench/lm-eval-one-pass/lm-eval-contexts.json docs/results/lm-eval-one-pass/results.json
 $M eval runs/update-study-480-sweep/runs/retrained/config.yaml
 $M bench lm-eval runs/update-study-480-sweep/runs/retrained --methods backbone,memory,knnlm --limit 20 --repeats 1 \
-  --compare-precision bf16 --docs runs/bench/lm-eval-precision-held
-cp runs/bench/lm-eval-precision-held/lm-eval-precision.json docs/results/lm-eval-precision/results.json
+  --compare-precision bf16 --profile --docs runs/bench/lm-eval-precision-cached
+cp runs/bench/lm-eval-precision-cached/lm-eval-precision.json docs/results/lm-eval-precision/results.json
+# (docs/results/lm-eval-precision-profile: the same command at commit 91ce15a, before frozen weights' casts were cached)
 python benchmarks/choice_scoring.py runs/update-study-480-lr/runs/retrained --questions 200 --entities 480 \
   --repeats 2 --out docs/results/choice-scoring
 # QA answers generated at fp32 and at bf16, on the 480-entity sweep's first run as the study left it (updated, then
