@@ -50,8 +50,6 @@ from mlpmem.pipeline.run import Run
 from mlpmem.utils.io import write_jsonl
 from mlpmem.utils.runtime import set_threads
 
-GROUPS = ("old", "arriving", "forgotten", "kept", "held_out")
-
 
 @dataclass
 class UpdateStudyConfig(Config):
