@@ -50,9 +50,7 @@ def bench_lm_eval(args: argparse.Namespace) -> None:
     from mlpmem.experiments.bench import lm_eval_contexts  # imports lm-eval, which the other benchmarks do not need
 
     values = _given(args, ("run", "methods", "limit", "repeats", "threads", "tasks_dir", "docs_dir",
-                           "compare_precision"))
-    if args.profile:
-        values["profile"] = True
+                           "compare_precision", "profile"))
     if args.one_pass_only:
         values["per_method"] = False
     lm_eval_contexts.main(lm_eval_contexts.LmEvalBenchConfig(**values))
