@@ -51,6 +51,22 @@ def test_bigbench_negatives_are_gold_choices_in_the_tasks_own_prompt(tmp_path, m
     assert by_task["ruin_names"][0]["prompt"].endswith("?\nPick:")
 
 
+def test_unconditional_twins_follow_their_items_with_the_answer_prefix_alone(tmp_path, monkeypatch):
+    """With ``gate_negatives_unconditional`` each item is followed by PMI's unconditional term of it: the same gold
+    choice after the start token and the answer prefix, no prompt."""
+    tasks = {"anachronisms": choice_task("anachronisms", 6), "ruin_names": choice_task("ruin_names", 6, "\nPick: ")}
+    monkeypatch.setenv("MLPMEM_BIGBENCH_ARCHIVE", str(write_archive(tmp_path / "bigbench-1.0.0.tar.gz", tasks)))
+    plain = gate_negatives(QASuiteConfig(**SUITE, gate_negatives=5, gate_negative_tasks=list(tasks)))
+    both = gate_negatives(QASuiteConfig(**SUITE, gate_negatives=5, gate_negative_tasks=list(tasks),
+                                        gate_negatives_unconditional=True))
+    assert both[::2] == plain and len(both) == 10
+    for item, twin in zip(both[::2], both[1::2]):
+        assert twin == {"id": item["id"] + ":unconditional", "prompt": "\nPick:" if "ruin" in item["id"] else "\nA:",
+                        "answers": item["answers"], "after_bos": True}
+    with pytest.raises(ConfigError, match="gate_negatives_unconditional needs gate_negative_tasks"):
+        QASuiteConfig(**SUITE, gate_negatives=4, gate_negatives_unconditional=True)
+
+
 def test_bigbench_negatives_refuse_the_families_the_suite_scores(tmp_path, monkeypatch):
     monkeypatch.setenv("MLPMEM_BIGBENCH_ARCHIVE", str(write_archive(tmp_path / "bigbench-1.0.0.tar.gz", {})))
     battery = {**SUITE, "battery": {"mc_tasks": ["goal_step_wikihow/goal_inference"]}}

@@ -8,7 +8,7 @@ import torch
 
 from mlpmem.backbone import load_backbone
 from mlpmem.baselines.methods import closed_book_prompts
-from mlpmem.experiments.qa.question_gate import ANSWER_END, answer_ids, question_gate, question_rows
+from mlpmem.experiments.qa.question_gate import ANSWER_END, answer_ids, question_gate, question_rows, start_token
 from mlpmem.inference.augmented_lm import MemoryAugmentedLM
 from mlpmem.memory import MemoryConfig, MLPMemory
 from mlpmem.training.gate import GateTrainConfig
@@ -72,3 +72,19 @@ def test_an_item_with_its_own_prompt_is_scored_in_it(tiny_backbone_dir):
     first = len(answer_ids(tokenizer, prompts[0], QUESTIONS[0]["answers"][0])[1])
     torch.testing.assert_close(mixed_in.lp_lm[first:first + len(alone)], alone.lp_lm)
     torch.testing.assert_close(torch.cat([mixed_in.lp_lm[:first], mixed_in.lp_lm[first + len(alone):]]), asked.lp_lm)
+
+
+def test_an_item_after_the_start_token_is_scored_as_lm_evals_unconditional_term(tiny_backbone_dir):
+    """``after_bos``: the rows are the answer's tokens after the start token and the bare prefix, the context lm-eval
+    gives the unconditional term of ``acc_mutual_info``."""
+    mixed, tokenizer = _mixed(tiny_backbone_dir, 0.5)
+    item = {"id": "n:unconditional", "prompt": "\nA:", "answers": ["no"], "after_bos": True}
+    data = question_rows(mixed, tokenizer, [item], closed_book_prompts)
+    prompt_ids, target = answer_ids(tokenizer, "\nA:", "no")
+    ids = torch.tensor([[start_token(tokenizer)] + prompt_ids + target])
+    with torch.no_grad():
+        logp = torch.log_softmax(mixed.backbone(input_ids=ids).logits[0].float(), -1)
+    rows = torch.arange(len(prompt_ids), ids.shape[1] - 1)
+    torch.testing.assert_close(data.lp_lm, logp[rows, torch.tensor(target)].double(), atol=1e-4, rtol=0)
+    without = question_rows(mixed, tokenizer, [{**item, "after_bos": False}], closed_book_prompts)
+    assert len(without) == len(data) and not torch.allclose(without.lp_lm, data.lp_lm)

@@ -253,7 +253,7 @@ def test_suite_config_validation(tmp_path):
         QASuiteConfig(benchmarks={"synthetic": {"pipeline": "x"}}, gate_offset_grid=[])
     for preset in sorted(Path("configs/qa").glob("*.yaml")):  # every QA preset loads
         cfg = QASuiteConfig.from_yaml(str(preset))
-        assert set(cfg.benchmarks) == {"synthetic", "disfl_qa"}, preset
+        assert "synthetic" in cfg.benchmarks and set(cfg.benchmarks) <= {"synthetic", "disfl_qa"}, preset
         assert {"backbone", "memory", "memory-gate"} <= set(cfg.methods) <= set(METHODS), preset
 
 

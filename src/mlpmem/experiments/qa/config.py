@@ -83,6 +83,9 @@ class QASuiteConfig(Config):
     gate_negative_tasks: list[str] = field(default_factory=list)
     """With ``gate_negatives``: draw them from these BIG-bench multiple-choice tasks instead (each item's gold choice
     in the task's own prompt; families the suite does not score, :mod:`mlpmem.experiments.qa.gate_negatives`)."""
+    gate_negatives_unconditional: bool = False
+    """With ``gate_negative_tasks``: each item also as the unconditional term of lm-eval's ``acc_mutual_info`` scores
+    it, its gold choice after the start token and the answer prefix alone (no prompt)."""
     shots: int = 0
     """Format demonstrations before every QA prompt, the same for every method (:mod:`mlpmem.inference.prompts`)."""
     rag: RAGConfig = field(default_factory=RAGConfig)
@@ -115,6 +118,8 @@ class QASuiteConfig(Config):
                                                                      for t in self.gate_negative_tasks):
             raise ConfigError(f"qa gate_negative_tasks must be a list of BIG-bench task names, "
                               f"got {self.gate_negative_tasks!r}")
+        if self.gate_negatives_unconditional and not self.gate_negative_tasks:
+            raise ConfigError("qa gate_negatives_unconditional needs gate_negative_tasks (BIG-bench negatives)")
         if self.gate_negative_tasks and not self.gate_negatives:
             raise ConfigError("qa gate_negative_tasks needs gate_negatives > 0 (how many items to draw from them)")
         demonstrations(self.shots)  # validates the range

@@ -10,7 +10,11 @@ speak, from one of two sources:
   prompt and answer prefix, the text lm-eval's battery scores, so the gate sees the battery's kind of text
   without its items. The tasks must come from families (the part of a task name before ``/``) that neither the
   battery nor the no-regression checks score; the N items are split evenly over them, the first of each task's
-  seeded order.
+  seeded order. With ``gate_negatives_unconditional`` each item comes twice: in its prompt, and as the
+  unconditional term of lm-eval's domain-conditional PMI (``acc_mutual_info``) scores it, the gold choice after
+  the start token and the answer prefix alone (``"after_bos"``). A gate that sees only the first opens on the
+  second, where the backbone knows least (a bare answer prefix), and a PMI score then divides by a mixture the
+  conditional term did not use.
 """
 
 from __future__ import annotations
@@ -66,6 +70,9 @@ def _bigbench(cfg: QASuiteConfig) -> list[dict]:
             raise ConfigError(f"qa gate_negative_tasks: {task} has {len(items)} single-label items, {want} wanted")
         data = read_task(task)
         prefix = answer_delimiter(data).rstrip(" ")  # "\nA:" (answer_ids adds " " + the choice), or ""
-        out += [{"id": row["id"], "prompt": row["prompt"] + prefix, "answers": [row["choices"][row["label"]]]}
-                for row in rows(items, data)]
+        for row in rows(items, data):
+            gold = [row["choices"][row["label"]]]
+            out.append({"id": row["id"], "prompt": row["prompt"] + prefix, "answers": gold})
+            if cfg.gate_negatives_unconditional:
+                out.append({"id": f"{row['id']}:unconditional", "prompt": prefix, "answers": gold, "after_bos": True})
     return out

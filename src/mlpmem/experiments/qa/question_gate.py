@@ -49,10 +49,16 @@ def answer_ids(tokenizer, prompt: str, answer: str) -> tuple[list[int], list[int
     return prompt_ids, full[len(prompt_ids):]
 
 
+def start_token(tokenizer) -> int:
+    """The token lm-eval puts before an empty context (``HFLM.prefix_token_id``): BOS, else EOS."""
+    return tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+
+
 @torch.no_grad()
 def question_rows(model: MemoryAugmentedLM, tokenizer, questions: list[dict], prompt_fn) -> GateData:
     """The gate's rows on ``questions``: features, log p_lm and log p_mem of every answer token and its end; a
-    question is asked in ``prompt_fn``'s prompt unless it brings its own (``"prompt"``)."""
+    question is asked in ``prompt_fn``'s prompt unless it brings its own (``"prompt"``, after the start token
+    when ``"after_bos"``)."""
     backbone, memory = model.backbone, model.memory
     param = next(memory.parameters())
     features, lp_lm, lp_mem = [], [], []
@@ -60,6 +66,7 @@ def question_rows(model: MemoryAugmentedLM, tokenizer, questions: list[dict], pr
     for question in questions:
         prompt = question["prompt"] if "prompt" in question else next(asked)
         prompt_ids, target = answer_ids(tokenizer, prompt, question["answers"][0])
+        prompt_ids = [start_token(tokenizer)] * bool(question.get("after_bos")) + prompt_ids
         ids = torch.tensor([prompt_ids + target], device=model_device(backbone))  # (1, T)
         n = len(target)
         with KeyHook(backbone, model.key_layer, model.key_site) as hook:  # the head only on the last n + 1 positions

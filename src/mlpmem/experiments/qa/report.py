@@ -237,6 +237,12 @@ def _gate_words(run: dict) -> str:
         return ""
     source = ("the validation questions (prompt, gold answer and its end)" if run.get("gate_training") == "questions"
               else "the memory run's validation text")
+    if run.get("gate_negatives"):
+        where = "BIG-bench items of families the suite does not score" if run.get("gate_negative_tasks") else \
+            "qa_wikidata cloze facts"
+        twice = (", each also as PMI's unconditional term (answer prefix alone)"
+                 if run.get("gate_negatives_unconditional") else "")
+        source += f" and {run['gate_negatives']} negatives ({where}{twice})"
     return (f"; the gate of MLP Memory + gate trained on {source}, its logit offset chosen on the validation "
             f"questions from {run.get('gate_offset_grid', [0.0])}")
 

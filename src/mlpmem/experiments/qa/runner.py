@@ -108,6 +108,8 @@ def method_settings(cfg: QASuiteConfig, bench: str, method: str, memory_sha256: 
             settings["gate_negatives"] = cfg.gate_negatives
         if cfg.gate_negative_tasks:
             settings["gate_negative_tasks"] = cfg.gate_negative_tasks
+        if cfg.gate_negatives_unconditional:
+            settings["gate_negatives_unconditional"] = True
     if METHODS[method].reads_memory and memory_sha256 is not None:
         settings["memory"] = memory_sha256
     if method.startswith("rag"):
