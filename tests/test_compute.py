@@ -70,3 +70,19 @@ def test_inference_scope_caches_the_casts_of_frozen_weights_and_freezes_them_aga
     assert casts == 3 + 2  # the input at every call, the frozen weight and the bias once each (not 3 + 3 + 1)
     assert not layer.weight.requires_grad and layer.bias.requires_grad
     assert torch.equal(held, per_call)
+
+
+def test_inference_scope_caches_the_frozen_weights_of_the_other_modules_it_is_given():
+    """A second module run in the scope (a memory with a frozen head copy) has its frozen weights cast once too, a
+    weight shared by both is handled once, and both are frozen again on exit."""
+    model, head, x = torch.nn.Linear(64, 64), torch.nn.Linear(64, 64, bias=False), torch.randn(4, 64)
+    head.weight.requires_grad_(False)
+    model.weight.requires_grad_(False)
+    shared = torch.nn.Sequential(model)  # the same weight reached twice
+    with inference_scope(model, "bf16", head, shared):
+        with torch.profiler.profile() as prof:
+            for _ in range(3):
+                head(model(x))
+    casts = sum(e.count for e in prof.key_averages() if e.key == "aten::_to_copy")
+    assert casts == 3 + 3  # the input at every call; each weight and the bias once (not 3 + 3 + 3 + 1)
+    assert not model.weight.requires_grad and not head.weight.requires_grad and model.bias.requires_grad

@@ -100,7 +100,7 @@ def autocast(model: nn.Module, precision: str = "fp32"):
 
 
 @contextlib.contextmanager
-def inference_scope(model: nn.Module, precision: str = "fp32"):
+def inference_scope(model: nn.Module, precision: str = "fp32", *more: nn.Module):
     """No grad and one :func:`autocast` held open around MANY inference calls of ``model`` (inner contexts nest).
 
     torch keeps the bf16 copy of each parameter it casts until the outermost autocast context exits, so inside
@@ -108,8 +108,10 @@ def inference_scope(model: nn.Module, precision: str = "fp32"):
     then its continuations on a KV cache). Only while the weights do not change. torch caches only the casts of
     parameters that require grad, so a frozen one (the tied output embedding, which a tied memory head shares: the
     largest matrix) would be cast at every call; under no_grad, marking it as requiring grad changes nothing else,
-    and it is frozen again when the scope exits."""
-    frozen = [p for p in model.parameters() if not p.requires_grad]
+    and it is frozen again when the scope exits. ``more``: other modules run in the scope (a memory whose corpus
+    head is a frozen copy of the embedding's rows), whose frozen weights are cached the same way."""
+    params = {id(p): p for m in (model, *more) for p in m.parameters()}  # a shared weight once
+    frozen = [p for p in params.values() if not p.requires_grad]
     with torch.no_grad(), autocast(model, precision):
         for p in frozen:
             p.requires_grad_(True)

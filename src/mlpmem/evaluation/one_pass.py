@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from lm_eval.models.huggingface import HFLM
 from lm_eval.utils import simple_parse_args_string
+from torch import nn
 
 from mlpmem.backbone import KeyHook
 from mlpmem.compute import autocast, inference_scope
@@ -83,12 +84,14 @@ class OnePass:
         self.mix: dict[str, Mix] = {}
         self.lams: dict[str, float | None] = {}
         sites = set()
+        self.modules: list[nn.Module] = []  # the mixers' own weights, run under the pass's inference scope too
         for label, a in args.items():
             loaded = build_model(a, self.run)  # on the run's one backbone
             self.mix[label] = _backbone_log_probs if loaded.mixer is None else loaded.mixer.mix
             self.lams[label] = loaded.lam
             if loaded.mixer is not None:
                 sites.add(_key_site(loaded.mixer))
+                self.modules += [loaded.mixer] if isinstance(loaded.mixer, nn.Module) else []
         if len(sites) > 1:
             raise ConfigError(f"the methods read keys of different layers or sites {sorted(sites)}: no one pass")
         self.key_site = sites.pop() if sites else None
@@ -119,7 +122,7 @@ class OnePass:
         groups, rest = shared_groups(todo, max_length, min_members=1)
         assert not rest, "every request was fitted to max_length"
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        with inference_scope(self.backbone, self.precision):  # each weight cast to bf16 once for all requests
+        with inference_scope(self.backbone, self.precision, *self.modules):  # each weight cast once for all requests
             scored = shared_context_loglikelihood(self.forward, todo, groups, batch_size, pad_id,
                                                   progress=progress)
         for i, per_method in scored.items():
