@@ -208,3 +208,17 @@ def test_method_files_without_per_item_scores_still_make_a_report(tmp_path):
     assert score_interval(split, "f1", FAST).stderr == 0.0
     js = intervals_json(mixed, FAST, ORDER)["qa"]["synthetic"]["methods"]["memory"]["test"]
     assert js["f1"]["stderr"] == 0.0 and js["delta_vs_base"]["f1"]["ci95"] is None
+
+
+def test_the_report_says_where_the_question_gate_opens(tmp_path):
+    results = suite_results({"synthetic": {"backbone": WRONG, "memory": RIGHT, "memory-gate": SOME}})
+    results["benchmarks"]["synthetic"]["methods"]["memory-gate"].update(
+        gate_offset=1.5, gate_mean_lambda={"questions": 0.61, "negatives": 0.052, "unconditional": 0.4049})
+    results["config"].update(methods=["backbone", "memory", "memory-gate"], gate_training="questions",
+                             gate_negatives=4, gate_negative_tasks=["anachronisms"], gate_negatives_unconditional=True)
+    write_report(results, tmp_path, "mlpmem qa report suite.yaml")
+    report = (tmp_path / "report.md").read_text()
+    assert ("MLP Memory + gate on synthetic, mean λ_t at its offset: the validation questions' answers 0.610, the "
+            "negatives in their prompts 0.052, the negatives as PMI's unconditional terms (answer prefix alone) 0.405."
+            ) in report
+    assert "and 4 negatives (BIG-bench items of families the suite does not score, each also as PMI's " in report

@@ -140,6 +140,7 @@ def _check_question_gate(tmp: Path) -> None:
     assert gated["settings"]["gate_training"] == "questions"
     assert gated["question_gate"]["weights_sha256"] == record["weights_sha256"]
     assert record["init_lambda"] == json.loads((methods / "memory.json").read_text())["lambda"]
+    assert set(gated["gate_mean_lambda"]) == {"questions"} and 0 < gated["gate_mean_lambda"]["questions"] < 1
 
 
 def _check_memory_trained_again(tmp: Path) -> None:

@@ -100,3 +100,12 @@ def question_gate(folder: Path, model: MemoryAugmentedLM, tokenizer, questions: 
     summary = {k: v for k, v in summary.items() if k != "history"}
     save_gate(gate, folder, model.memory, extra={**wanted, "summary": summary})
     return gate, summary
+
+
+@torch.no_grad()
+def mean_lambda(model: MemoryAugmentedLM, tokenizer, groups: dict[str, list[dict]], prompt_fn) -> dict[str, float]:
+    """The mean λ_t of ``model``'s gate (at its offset) over the rows of each group of items: where it opens (the
+    answers of questions) and where it should stay closed (the negatives, in their prompt and as PMI's unconditional
+    term)."""
+    return {name: model.gate.lam(question_rows(model, tokenizer, items, prompt_fn).features).mean().item()
+            for name, items in groups.items() if items}

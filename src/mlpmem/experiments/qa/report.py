@@ -106,7 +106,23 @@ def qa_table(results: dict, cfg: BootstrapConfig) -> str:
     if "synthetic" in benches and "chance_em_held_out" in benches["synthetic"]:
         lines.append(f"Held-out entities appear in no document: chance EM (most common value of each attribute) = "
                      f"{benches['synthetic']['chance_em_held_out']:.1f}.")
+    lines += _openness_lines(benches)
     return "\n".join(lines)
+
+
+OPENNESS = {"questions": "the validation questions' answers", "negatives": "the negatives in their prompts",
+            "unconditional": "the negatives as PMI's unconditional terms (answer prefix alone)"}
+
+
+def _openness_lines(benches: dict) -> list[str]:
+    """Where the question gate opens, per benchmark: its mean λ_t at the chosen offset on each kind of row."""
+    out = []
+    for name, b in benches.items():
+        means = (b["methods"].get("memory-gate") or {}).get("gate_mean_lambda")
+        if means:
+            parts = ", ".join(f"{OPENNESS[k]} {v:.3f}" for k, v in means.items())
+            out.append(f"MLP Memory + gate on {name}, mean λ_t at its offset: {parts}.")
+    return out
 
 
 def qa_differences(results: dict, cfg: BootstrapConfig, docs: Path) -> str:

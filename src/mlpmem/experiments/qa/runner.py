@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from mlpmem.baselines.finetuned import save_finetuned
@@ -28,7 +28,7 @@ from mlpmem.experiments.qa.eval_qa import evaluate_questions, tune_lambda
 from mlpmem.experiments.qa.gate_negatives import gate_negatives
 from mlpmem.experiments.qa.no_regression import no_regression, no_regression_items
 from mlpmem.experiments.qa.per_item import PER_ITEM, qa_per_item
-from mlpmem.experiments.qa.question_gate import question_gate
+from mlpmem.experiments.qa.question_gate import mean_lambda, question_gate
 from mlpmem.experiments.qa.synthetic import SyntheticConfig, chance_accuracy, generate
 from mlpmem.inference.gate_io import saved_for
 from mlpmem.inference.mixing import check_lambda
@@ -167,11 +167,25 @@ def _gate_tuned(ctx: Context, built: Built) -> dict:
     questions (as λ is), then the test."""
     grid, gate = ctx.cfg.gate_offset_grid, built.model.gate
     make = lambda b: (gate.set_offset(b), built.model)[1]  # noqa: E731
-    if len(grid) == 1:
-        return {"gate_offset": grid[0], **_evaluate_splits(ctx, make(grid[0]), built.prompts)}
-    offset, curve = tune_lambda(make, ctx.tokenizer, ctx.questions["validation"], grid, built.prompts,
-                                ctx.cfg.generation, key="offset")
-    return {"gate_offset": offset, "gate_offset_curve": curve, **_evaluate_splits(ctx, make(offset), built.prompts)}
+    offset, tuned = grid[0], {}
+    if len(grid) > 1:
+        offset, curve = tune_lambda(make, ctx.tokenizer, ctx.questions["validation"], grid, built.prompts,
+                                    ctx.cfg.generation, key="offset")
+        tuned = {"gate_offset_curve": curve}
+    out = {"gate_offset": offset, **tuned, **_evaluate_splits(ctx, make(offset), built.prompts)}
+    if ctx.cfg.gate_training == "questions":
+        out["gate_mean_lambda"] = _openness(ctx, built)
+    return out
+
+
+def _openness(ctx: Context, built: Built) -> dict[str, float]:
+    """The question gate's mean λ_t at its chosen offset on the answers of the validation questions and on its
+    negatives, in their prompts and (BIG-bench negatives) as PMI's unconditional terms."""
+    twins = bool(ctx.cfg.gate_negative_tasks)  # PMI's unconditional terms, whether the gate trained on them or not
+    negatives = gate_negatives(replace(ctx.cfg, gate_negatives_unconditional=twins))
+    groups = {"questions": ctx.questions["validation"], "negatives": [q for q in negatives if not q.get("after_bos")],
+              "unconditional": [q for q in negatives if q.get("after_bos")]}
+    return mean_lambda(built.model, ctx.tokenizer, groups, built.prompts)
 
 
 def _train_on_questions(ctx: Context, built: Built) -> dict:
