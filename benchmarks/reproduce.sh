@@ -217,6 +217,10 @@ on480 update-sweep-480-fresh20 update-480-fresh20 "$FRESH20" \
 on480 update-table-480-fresh20 update "$FRESH20,forget.replay_draw=epoch,forget.epochs=6" \
   --set from_study_table=true --set "update_variants={fresh-r05-e20: []}" --set "update_seeds=[0, 1, 2]" \
   --set "retrain_seeds=[1, 2]"
+# the table's recipe with twice the forgotten entities, no extra seeds (docs/results/update-480-forget30)
+$M update-study configs/maintenance/study-480.yaml --out runs/update-table-480-forget30 --set forget_fraction=0.3 \
+  --set "update_seeds=[]" --set "retrain_seeds=[]" --set from_study=runs/update-study-480-replay3 \
+  --set from_study_table=true --set docs_dir=docs/results/update-480-forget30 --quiet
 # lm-eval scoring on the 480-entity study's retrained run (after its evaluation): one backbone pass for backbone,
 # memory and kNN-LM (docs/results/lm-eval-one-pass), bf16 against fp32 (docs/results/lm-eval-precision); and the
 # study's multiple-choice scorer with shared contexts (docs/results/choice-scoring)
