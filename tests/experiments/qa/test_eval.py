@@ -79,6 +79,20 @@ def test_tune_lambda_picks_best_and_smallest_on_ties(tiny_tokenizer):
     assert lam == 0.2 and [c["lambda"] for c in curve] == [0.0, 0.2, 0.5]
 
 
+def test_the_one_standard_error_rule_takes_the_smallest_value_the_questions_cannot_tell_from_the_best(tiny_tokenizer):
+    qs = [{"id": str(i), "question": "Where?", "answers": [answer]} for i, answer in
+          enumerate(["shore", "shore", "shore", "boats"])]
+    models = {0.0: EchoModel(tiny_tokenizer, " shore boats"), 1.5: EchoModel(tiny_tokenizer, " shore"),
+              3.0: EchoModel(tiny_tokenizer, " shore")}  # F1 2/3 on every question; 1, 1, 1, 0; the same
+    best, curve = tune_lambda(models.__getitem__, tiny_tokenizer, qs, [3.0, 0.0, 1.5], key="offset")
+    assert best == 1.5 and [round(c["f1"], 2) for c in curve] == [66.67, 75.0, 75.0]
+    assert curve[0]["f1_se"] == 0 and curve[1]["f1_se"] == pytest.approx(25.0)  # 100 * sd(1, 1, 1, 0) / sqrt(4)
+    smallest, _ = tune_lambda(models.__getitem__, tiny_tokenizer, qs, [3.0, 0.0, 1.5], key="offset", rule="one_se")
+    assert smallest == 0.0  # 66.7 >= 75 - 25
+    models[0.0] = EchoModel(tiny_tokenizer, " boats")  # 0, 0, 0, 1: 25 < 50
+    assert tune_lambda(models.__getitem__, tiny_tokenizer, qs, [3.0, 0.0, 1.5], rule="one_se")[0] == 1.5
+
+
 def test_read_questions(tmp_path):
     path = tmp_path / "q.jsonl"
     path.write_text(json.dumps({"question": "Q?", "answer": "A"}) + "\n\n" + json.dumps(

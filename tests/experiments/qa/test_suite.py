@@ -11,6 +11,7 @@ from helpers.corpus import corpus_text
 from helpers.encoders import BagOfWordsEncoder
 from mlpmem.baselines.methods import METHODS
 from mlpmem.cli import main
+from mlpmem.errors import MlpmemError
 from mlpmem.experiments.qa.config import QASuiteConfig
 from mlpmem.experiments.qa.per_item import item_scores, without_per_item
 
@@ -297,6 +298,14 @@ def test_a_method_file_scored_under_other_settings_is_scored_again(tmp_path):
     low = QASuiteConfig(**{**suite, "generation": {"precision": "bf16"}})
     assert changed_settings({"test": {}, "settings": method_settings(cfg, "synthetic", "cpt")},
                             method_settings(low, "synthetic", "cpt")) == ["generation"]
+    # the offset rule: one_se rescores memory-gate alone; best is recorded as before the option existed
+    one_se = QASuiteConfig(**{**suite, "gate_offset_rule": "one_se"})
+    for method, changed in {"memory-gate": ["gate_offset_rule"], "memory": [], "knnlm": []}.items():
+        assert changed_settings({"test": {}, "settings": method_settings(cfg, "synthetic", method)},
+                                method_settings(one_se, "synthetic", method)) == changed, method
+    assert "gate_offset_rule" not in method_settings(cfg, "synthetic", "memory-gate")
+    with pytest.raises(MlpmemError, match="gate_offset_rule"):
+        QASuiteConfig(**{**suite, "gate_offset_rule": "widest"})
     # the no-regression checks only where they run; a file from before settings were recorded stays current
     assert "no_regression" in method_settings(cfg, "synthetic", "memory")
     assert "no_regression" not in method_settings(cfg, "disfl_qa", "memory")

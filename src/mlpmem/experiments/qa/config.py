@@ -72,6 +72,9 @@ class QASuiteConfig(Config):
     gate_offset_grid: list[float] = field(default_factory=lambda: [0.0])
     """memory-gate: offsets added to the gate's logit, one chosen on the validation questions as λ is (the gate is
     trained on corpus text, whose positions are not questions); ``[0.0]``: the gate as trained."""
+    gate_offset_rule: Literal["best", "one_se"] = "best"
+    """How the offset is chosen on the validation questions: ``best`` F1, or ``one_se``, the smallest offset within
+    one standard error of the best F1 (the most closed gate the questions cannot tell from the best)."""
     gate_training: Literal["text", "questions"] = "text"
     """What memory-gate's gate learns from: ``text``, the memory run's gate (``mlpmem gate``, the run's validation
     text); ``questions``, a gate of the same kind trained on the benchmark's validation questions and answers

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +34,7 @@ from mlpmem.config import Config
 from mlpmem.corpora.documents import doc_start_token, read_documents
 from mlpmem.errors import ConfigError, CorpusError
 from mlpmem.experiments.qa.metrics import score
+from mlpmem.experiments.qa.per_item import qa_per_item
 from mlpmem.inference.prompts import STOP_STRINGS, cut_at_stop
 
 CLOZE_STOPS = ("\n", ".", ",", ";", " and ", " or ")
@@ -113,18 +116,24 @@ def evaluate_questions(model, tokenizer, questions: list[dict], prompt_fn=closed
 
 def tune_lambda(make_model, tokenizer, questions: list[dict], grid: list[float], prompt_fn=closed_book_prompts,
                 cfg: GenerationConfig | None = None, progress: bool = False,
-                key: str = "lambda") -> tuple[float, list[dict]]:
-    """The value of ``grid`` with the best validation F1 (then EM; ties to the smaller value) and the curve
-    (rows ``{key: value, "em", "f1"}``).
+                key: str = "lambda", rule: Literal["best", "one_se"] = "best") -> tuple[float, list[dict]]:
+    """The value of ``grid`` chosen on validation F1 and the curve (rows ``{key: value, "em", "f1", "f1_se"}``,
+    ``f1_se`` the standard error of the mean F1 over the questions).
 
-    ``make_model(value)`` returns a model mixed with weight ``value`` (or set by another one-number knob, e.g.
-    the gate's offset).
+    ``rule``: ``best``, the highest F1 (then EM; ties to the smaller value); ``one_se``, the smallest value whose F1
+    is within one standard error of the best's (the one-standard-error rule: the least of the knob that the
+    validation questions cannot tell from the best). ``make_model(value)`` returns a model mixed with weight
+    ``value`` (or set by another one-number knob, e.g. the gate's offset).
     """
     curve = []
     for value in sorted(grid):
         r = evaluate_questions(make_model(value), tokenizer, questions, prompt_fn, cfg, progress)
-        curve.append({key: value, "em": r["em"], "f1": r["f1"]})
+        per = qa_per_item(r["predictions"])["f1"]
+        se = 100 * statistics.stdev(per) / math.sqrt(len(per)) if len(per) > 1 else 0.0
+        curve.append({key: value, "em": r["em"], "f1": r["f1"], "f1_se": se})
     best = max(curve, key=lambda row: (round(row["f1"], 6), round(row["em"], 6), -row[key]))
+    if rule == "one_se":
+        best = next(row for row in curve if row["f1"] >= best["f1"] - best["f1_se"] - 1e-9)
     return best[key], curve
 
 

@@ -259,8 +259,10 @@ def _gate_words(run: dict) -> str:
         twice = (", each also as PMI's unconditional term (answer prefix alone)"
                  if run.get("gate_negatives_unconditional") else "")
         source += f" and {run['gate_negatives']} negatives ({where}{twice})"
+    rule = (" (the smallest within one standard error of the best F1)" if run.get("gate_offset_rule") == "one_se"
+            else "")
     return (f"; the gate of MLP Memory + gate trained on {source}, its logit offset chosen on the validation "
-            f"questions from {run.get('gate_offset_grid', [0.0])}")
+            f"questions from {run.get('gate_offset_grid', [0.0])}{rule}")
 
 
 def _intro(results: dict, command: str, cfg: BootstrapConfig) -> str:

@@ -102,6 +102,8 @@ def method_settings(cfg: QASuiteConfig, bench: str, method: str, memory_sha256: 
         settings["lambda_grid"] = cfg.lambda_grid
     if method == "memory-gate":
         settings["gate_offset_grid"] = cfg.gate_offset_grid
+        if cfg.gate_offset_rule != "best":  # files from before the option existed chose the best
+            settings["gate_offset_rule"] = cfg.gate_offset_rule
         if cfg.gate_training != "text":  # files from before the option existed are the text gate's
             settings["gate_training"] = cfg.gate_training
         if cfg.gate_negatives:
@@ -170,7 +172,7 @@ def _gate_tuned(ctx: Context, built: Built) -> dict:
     offset, tuned = grid[0], {}
     if len(grid) > 1:
         offset, curve = tune_lambda(make, ctx.tokenizer, ctx.questions["validation"], grid, built.prompts,
-                                    ctx.cfg.generation, key="offset")
+                                    ctx.cfg.generation, key="offset", rule=ctx.cfg.gate_offset_rule)
         tuned = {"gate_offset_curve": curve}
     out = {"gate_offset": offset, **tuned, **_evaluate_splits(ctx, make(offset), built.prompts)}
     if ctx.cfg.gate_training == "questions":
