@@ -121,11 +121,11 @@ def test_qa_report_end_to_end(qa_setup, capsys):
     (tmp / "ablate.yaml").write_text(yaml.safe_dump(ablate))
     assert main(["qa", "report", str(tmp / "suite.yaml"), "--quiet", "--report-only"]) == 0
     assert "ablation-alpha.png" not in (tmp / "docs" / "report.md").read_text()
-    _check_question_gate(tmp)
+    _check_question_gate(tmp, capsys)
     _check_memory_trained_again(tmp)
 
 
-def _check_question_gate(tmp: Path) -> None:
+def _check_question_gate(tmp: Path, capsys) -> None:
     """gate_training: questions rescores memory-gate alone, with a gate trained on the validation questions."""
     methods = tmp / "qa" / "synthetic" / "methods"
     suite = yaml.safe_load((tmp / "suite.yaml").read_text())
@@ -142,6 +142,10 @@ def _check_question_gate(tmp: Path) -> None:
     assert gated["question_gate"]["weights_sha256"] == record["weights_sha256"]
     assert record["init_lambda"] == json.loads((methods / "memory.json").read_text())["lambda"]
     assert set(gated["gate_mean_lambda"]) == {"questions"} and 0 < gated["gate_mean_lambda"]["questions"] < 1
+    assert main(["qa", "report", str(tmp / "suite.yaml"), "--quiet", "--no-ablations", "--report-only",
+                 "--set", "gate_offset_grid=[0.0, 3.0]"]) == 0  # the report's command: each --set shell-quoted
+    assert f"`mlpmem qa report {tmp / 'suite.yaml'} --set 'gate_offset_grid=[0.0, 3.0]' --no-ablations`" in \
+        capsys.readouterr().out
 
 
 def _check_memory_trained_again(tmp: Path) -> None:

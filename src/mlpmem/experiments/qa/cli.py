@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 
 from mlpmem.backbone import load_backbone
 from mlpmem.experiments.qa.config import QASuiteConfig
@@ -39,7 +40,7 @@ def cmd_qa_report(args: argparse.Namespace) -> None:
         cfg.battery = None
     results = run_suite(cfg, progress=not args.quiet, compute=not args.report_only)
     flags = "".join(f" --no-{name}" for name in ("ablations", "battery") if getattr(args, f"no_{name}"))
-    command = f"mlpmem qa report {args.config}" + "".join(f" --set {s}" for s in args.set) + flags
+    command = f"mlpmem qa report {args.config}" + "".join(f" --set {shlex.quote(s)}" for s in args.set) + flags
     path = write_report(results, cfg.docs_dir, command)
     print(path.read_text())
     print(f"report: {path}")
