@@ -144,6 +144,17 @@ MLPMEM_THREADS=1 $M gate configs/wikipedia-by-article.yaml $WOLD --set run_dir=r
   --set memory.vocab=corpus \
   --decode-tokens 0 --report docs/results/gate --quiet
 $M qa report configs/qa/gate.yaml --no-ablations
+# the question gate with PMI's unconditional terms as negatives: at the best-F1 offset, at the one-standard-error
+# offset without and with them, and with disfl_qa (docs/qa.md, "Closing the gate where PMI looks"); one run folder,
+# each command rescoring only the gate
+$M qa report configs/qa/gate-unconditional.yaml --no-ablations
+$M qa report configs/qa/gate-unconditional.yaml --set gate_offset_rule=one_se --set gate_negatives_unconditional=false \
+  --set docs_dir=docs/results/qa-gate-one-se-conditional --no-ablations
+$M qa report configs/qa/gate-unconditional.yaml --set gate_offset_rule=one_se --set docs_dir=docs/results/qa-gate-one-se \
+  --no-ablations
+$M qa report configs/qa/gate-unconditional.yaml --set gate_offset_rule=one_se \
+  --set 'benchmarks.disfl_qa={pipeline: configs/qa-disfl_qa.yaml, options: {max_paragraphs: 100, heldout_paragraphs: 10}, tune_questions: 100, test_questions: 300}' \
+  --set docs_dir=docs/results/qa-gate-one-se-disfl --no-ablations --no-battery
 # the default (corpus head) as the fourth size of the data-scaling series: its run folder linked in, reused
 [ -e runs/data-scaling/runs/train-all ] || cp -al runs/default-small-a04 runs/data-scaling/runs/train-all
 $M scale-data configs/default.yaml $OLD --train-tokens 40000,80000,120000,0 --out runs/data-scaling
