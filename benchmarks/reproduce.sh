@@ -244,6 +244,10 @@ $M bench lm-eval runs/update-study-480-sweep/runs/retrained --methods backbone,m
   --compare-precision bf16 --profile --docs runs/bench/lm-eval-precision-cached
 cp runs/bench/lm-eval-precision-cached/lm-eval-precision.json docs/results/lm-eval-precision/results.json
 # (docs/results/lm-eval-precision-profile: the same command at commit 91ce15a, before frozen weights' casts were cached)
+# a corpus-head memory at commit 624f43b and at HEAD (docs/results/lm-eval-precision-corpus-head; `src` of 624f43b
+# from `git archive 624f43b src` on PYTHONPATH for the first)
+$M bench lm-eval runs/qa-gate-unconditional/synthetic/memory-run --methods backbone,memory --limit 20 --repeats 1 \
+  --compare-precision bf16 --docs runs/bench/corpus-head-after
 python benchmarks/choice_scoring.py runs/update-study-480-lr/runs/retrained --questions 200 --entities 480 \
   --repeats 2 --out docs/results/choice-scoring
 # QA answers generated at fp32 and at bf16, on the 480-entity sweep's first run as the study left it (updated, then
