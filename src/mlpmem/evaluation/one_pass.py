@@ -91,7 +91,8 @@ class OnePass:
             self.lams[label] = loaded.lam
             if loaded.mixer is not None:
                 sites.add(_key_site(loaded.mixer))
-                self.modules += [loaded.mixer] if isinstance(loaded.mixer, nn.Module) else []
+            if isinstance(loaded.mixer, nn.Module):
+                self.modules.append(loaded.mixer)
         if len(sites) > 1:
             raise ConfigError(f"the methods read keys of different layers or sites {sorted(sites)}: no one pass")
         self.key_site = sites.pop() if sites else None

@@ -66,7 +66,8 @@ def question_rows(model: MemoryAugmentedLM, tokenizer, questions: list[dict], pr
     for question in questions:
         prompt = question["prompt"] if "prompt" in question else next(asked)
         prompt_ids, target = answer_ids(tokenizer, prompt, question["answers"][0])
-        prompt_ids = [start_token(tokenizer)] * bool(question.get("after_bos")) + prompt_ids
+        if question.get("after_bos"):
+            prompt_ids = [start_token(tokenizer), *prompt_ids]
         ids = torch.tensor([prompt_ids + target], device=model_device(backbone))  # (1, T)
         n = len(target)
         with KeyHook(backbone, model.key_layer, model.key_site) as hook:  # the head only on the last n + 1 positions
