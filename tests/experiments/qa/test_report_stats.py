@@ -14,7 +14,7 @@ from mlpmem.experiments.qa.claims import claims
 from mlpmem.experiments.qa.intervals import NO_INTERVAL, compare_scored, intervals_json, score_interval
 from mlpmem.experiments.qa.metrics import score
 from mlpmem.experiments.qa.per_item import PER_ITEM, item_scores, qa_per_item, without_per_item
-from mlpmem.experiments.qa.report import ORDER, write_report
+from mlpmem.experiments.qa.report import ORDER, cost_minutes, write_report
 
 FAST = BootstrapConfig(resamples=1000, seed=0)
 N = 40
@@ -222,3 +222,21 @@ def test_the_report_says_where_the_question_gate_opens(tmp_path):
             "negatives in their prompts 0.052, the negatives as PMI's unconditional terms (answer prefix alone) 0.405."
             ) in report
     assert "and 4 negatives (BIG-bench items of families the suite does not score, each also as PMI's " in report
+
+
+def test_the_cost_table_sums_every_recorded_stage_and_names_the_missing(tmp_path):
+    results = suite_results({"synthetic": {"backbone": SOME, "memory": SOME}, "disfl_qa": {"backbone": SOME}})
+    synthetic = results["benchmarks"]["synthetic"]["methods"]
+    synthetic["memory"].update(train_seconds=600.0, wall_seconds=120.0)
+    synthetic["backbone"]["wall_seconds"] = 60.0
+    cost = cost_minutes(results, {"backbone": 300.0, "memory": 180.0})
+    assert cost["memory_run"]["synthetic"] == {"minutes": 10.0, "not_recorded": 0}
+    assert cost["methods"]["synthetic"] == {"minutes": 3.0, "not_recorded": 0}
+    assert cost["methods"]["disfl_qa"] == {"minutes": None, "not_recorded": 1}  # its backbone recorded no time
+    assert cost["battery"]["all"]["minutes"] == 8.0
+    assert cost["total"] == {"minutes": 21.0, "not_recorded": 2}  # disfl_qa's memory run and backbone
+    write_report(results, tmp_path, "mlpmem qa report suite.yaml")  # no battery ran
+    table = (tmp_path / "report.md").read_text().split("## What it cost")[1]
+    assert "| the lm-eval battery, every method |  |  | — |" in table
+    assert "| **total** |  |  | **13 (some not recorded)** |" in table
+    assert json.loads((tmp_path / "results.json").read_text())["cost_minutes"]["total"]["minutes"] == 13.0

@@ -279,26 +279,44 @@ def _intro(results: dict, command: str, cfg: BootstrapConfig) -> str:
             f"{cfg.seed} (`mlpmem.evaluation.stats`).")
 
 
-def cost_section(results: dict, battery_seconds: dict | None) -> str:
-    """What the report cost to compute, in minutes, from the times its files recorded (— where none was)."""
-    def minutes(values) -> str:
+STAGES = {"memory_run": "the memory run (keys, teacher, training)",
+          "methods": "every method built and scored (λ / offset tuned, CPT and LoRA trained, no-regression checks)",
+          "battery": "the lm-eval battery, every method"}
+
+
+def cost_minutes(results: dict, battery_seconds: dict | None) -> dict:
+    """Minutes of wall time per stage, per benchmark and over all (``"all"``), and their ``"total"``, from the
+    times the suite's files recorded; a stage with no recorded time is None, with some missing it lists them."""
+    def minutes(values: list) -> dict:
         known = [v for v in values if v is not None]
-        if not known:
-            return "—"
-        return f"{sum(known) / 60:.0f}" + ("" if len(known) == len(values) else " (some not recorded)")
+        return {"minutes": sum(known) / 60 if known else None, "not_recorded": len(values) - len(known)}
 
     benches = results["benchmarks"]
-    offline = [b["methods"].get("memory", {}).get("train_seconds") for b in benches.values()]
-    scoring = [[m.get("wall_seconds") for m in b["methods"].values()] for b in benches.values()]
+    offline = {b: [r["methods"].get("memory", {}).get("train_seconds")] for b, r in benches.items()}
+    scoring = {b: [m.get("wall_seconds") for m in r["methods"].values()] for b, r in benches.items()}
     battery = list((battery_seconds or {}).values())
-    lines = ["| stage | " + " | ".join(benches) + " | all |", "|---" * (len(benches) + 2) + "|",
-             "| the memory run (keys, teacher, training) | " + " | ".join(minutes([o]) for o in offline)
-             + f" | {minutes(offline)} |",
-             "| every method built and scored (λ / offset tuned, CPT and LoRA trained, no-regression checks) | "
-             + " | ".join(minutes(x) for x in scoring) + f" | {minutes([v for x in scoring for v in x])} |",
-             "| the lm-eval battery, every method | " + " | ".join("" for _ in benches) + f" | {minutes(battery)} |"]
+    out = {"memory_run": {**{b: minutes(v) for b, v in offline.items()}, "all": minutes(sum(offline.values(), []))},
+           "methods": {**{b: minutes(v) for b, v in scoring.items()}, "all": minutes(sum(scoring.values(), []))},
+           "battery": {"all": minutes(battery)}}
+    out["total"] = minutes(sum(offline.values(), []) + sum(scoring.values(), []) + battery)
+    return out
+
+
+def cost_section(cost: dict, benches: list[str]) -> str:
+    """The table of :func:`cost_minutes`: a row per stage and the total, in minutes (— where none was recorded)."""
+    def cell(entry: dict | None) -> str:
+        if not entry or entry["minutes"] is None:
+            return "" if entry is None else "—"
+        return f"{entry['minutes']:.0f}" + (" (some not recorded)" if entry["not_recorded"] else "")
+
+    lines = ["| stage | " + " | ".join(benches) + " | all |", "|---" * (len(benches) + 2) + "|"]
+    for key, label in STAGES.items():
+        lines.append(f"| {label} | " + " | ".join(cell(cost[key].get(b)) for b in benches)
+                     + f" | {cell(cost[key]['all'])} |")
+    lines.append("| **total** | " + " | ".join("" for _ in benches) + f" | **{cell(cost['total'])}** |")
     return "\n".join(["Minutes of wall time on the machine that ran each stage, as the files recorded it (the suite "
-                      "resumes stage by stage, so the stages may come from several sessions and loads):", "", *lines])
+                      "resumes stage by stage, so the stages may come from several sessions and loads; preparing "
+                      "the data and the tasks is not counted):", "", *lines])
 
 
 def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
@@ -311,6 +329,7 @@ def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
     battery, shifts = battery_rows(results, cfg)
     seconds = (results.get("battery") or {}).get("wall_seconds")
     found = claims(results, cfg, battery)
+    cost = cost_minutes(results, seconds)
     text = "\n".join([
         "# Knowledge QA, general capability, baselines and ablations", "", _intro(results, command, cfg), "",
         "## QA table (test questions)", "", qa_table(results, cfg), "",
@@ -324,12 +343,13 @@ def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
                         (results.get("battery") or {}).get("precision")), "",
         "## The paper's claims at our scale", "", claims_table(found, results), "",
         "## Ablations", "", ablation_section(results, docs), "",
-        "## What it cost", "", cost_section(results, seconds), "",
+        "## What it cost", "", cost_section(cost, list(results["benchmarks"])), "",
     ])
     path = docs / "report.md"
     path.write_text(text)
     write_json(docs / "results.json", {**without_per_item(results), "intervals": intervals_json(results, cfg, ORDER),
                                        "claims": found, "battery_intervals": rows_json(battery),
+                                       "cost_minutes": cost,
                                        "battery_choice_shift": {m: {t: asdict(x) for t, x in s.items()}
                                                                 for m, s in shifts.items()}})
     return path
