@@ -9,6 +9,7 @@ from mlpmem.baselines.rag import (
     BM25Retriever,
     DenseRetriever,
     RAGConfig,
+    build_context_prompt,
     build_rag_prompt,
     make_passages,
 )
@@ -60,6 +61,17 @@ def test_prompt_respects_context_limit(tiny_tokenizer):
     assert context[2].startswith("Question:") and DOCS[2] not in prompt
     with pytest.raises(MlpmemError, match="longer than the context limit"):
         build_rag_prompt(question, DOCS, tiny_tokenizer, 3)
+
+
+def test_a_context_longer_than_the_limit_keeps_no_passage_and_is_counted(tiny_tokenizer):
+    short = "Where was Tanoza Zuloze born?"
+    limit = len(tiny_tokenizer(qa_prompt(short, DOCS[:1]), add_special_tokens=False)["input_ids"]) + 10
+    long = "word " * limit
+    assert build_context_prompt(long, DOCS, tiny_tokenizer, limit) == long  # no room: unchanged, no error
+    rag = RAG(BM25Retriever(DOCS), tiny_tokenizer, RAGConfig(retriever="bm25", top_k=1, max_prompt_tokens=limit))
+    prompts = rag.context_prompts([long, short, short, ""])
+    assert prompts[0] == long and prompts[1].startswith("Context:") and prompts[1].endswith(short) and not prompts[3]
+    assert rag.context_counts() == {"contexts": 2, "without_passages": 1}  # distinct, non-empty contexts
 
 
 def test_make_passages_and_config():

@@ -20,6 +20,7 @@ API::
     rag = RAG(retriever, tokenizer, RAGConfig(top_k=3))
     prompts = rag.prompts(questions)                             # retrieval + prompt building, batched
     prompts = rag.context_prompts(contexts)                      # any text (lm-eval's contexts) as the query
+    rag.context_counts()                                         # contexts given, and those too long for passages
 
 :func:`build_context_prompt` is :func:`build_rag_prompt` for any text instead of a question: the same passages
 block (:func:`~mlpmem.inference.prompts.with_passages`) before the text itself, under the same limit.
@@ -184,7 +185,11 @@ def build_rag_prompt(question: str, passages: list[str], tokenizer, max_prompt_t
 
 def build_context_prompt(context: str, passages: list[str], tokenizer, max_prompt_tokens: int) -> str:
     """Any text (an lm-eval request's context, kept exactly, trailing spaces included) after as many of
-    ``passages`` as fit in ``max_prompt_tokens``, laid out as the QA prompt lays out its passages."""
+    ``passages`` as fit in ``max_prompt_tokens``, laid out as the QA prompt lays out its passages. A context
+    longer than the limit by itself leaves no room: it comes back unchanged (the model scores it as the backbone
+    would), unlike a question, whose prompt must fit."""
+    if _num_tokens(tokenizer, context) > max_prompt_tokens:
+        return context
     return fit_passages(lambda kept: with_passages(context, kept), passages, tokenizer, max_prompt_tokens,
                         "the context")
 
@@ -196,6 +201,9 @@ class RAG:
     def __init__(self, retriever, tokenizer, cfg: RAGConfig | None = None):
         self.retriever, self.tokenizer, self.cfg = retriever, tokenizer, cfg or RAGConfig()
         self.last_retrieval_seconds = 0.0
+        self.contexts: dict[str, bool] = {}
+        """Every distinct context :meth:`context_prompts` was given, and whether its passages fit (False: the
+        context alone is longer than ``max_prompt_tokens``)."""
 
     def retrieve(self, queries: list[str]) -> list[list[Hit]]:
         """The top-k passages of every query, in one batch (timed)."""
@@ -217,7 +225,13 @@ class RAG:
         hits = self.retrieve(unique) if unique else []
         prompt = {c: build_context_prompt(c, [h.text for h in hs], self.tokenizer, self.cfg.max_prompt_tokens)
                   for c, hs in zip(unique, hits)}
+        self.contexts |= {c: p != c for c, p in prompt.items()}
         return [prompt[c] if c else c for c in contexts]
+
+    def context_counts(self) -> dict[str, int]:
+        """``{"contexts", "without_passages"}``: the distinct contexts :meth:`context_prompts` was given, and those
+        that got no passage (no room under ``max_prompt_tokens``: scored as the backbone scores them)."""
+        return {"contexts": len(self.contexts), "without_passages": sum(not v for v in self.contexts.values())}
 
     @classmethod
     def from_documents(cls, docs, tokenizer, cfg: RAGConfig | None = None, encoder=None) -> RAG:

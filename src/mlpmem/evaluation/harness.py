@@ -93,6 +93,11 @@ class MlpmemLM(HFLM):
         prompts = self._rag.context_prompts([r.args[0] for r in requests])
         return [dataclasses.replace(r, arguments=(p, *r.args[1:])) for r, p in zip(requests, prompts)]
 
+    def rag_context_counts(self) -> dict[str, int] | None:
+        """RAG: the contexts scored so far and those that got no passage (:meth:`RAG.context_counts
+        <mlpmem.baselines.rag.RAG.context_counts>`); None for another method."""
+        return None if self._rag is None else self._rag.context_counts()
+
     def loglikelihood(self, requests, disable_tqdm: bool = False):
         with self._scope():
             return super().loglikelihood(self._with_passages(requests), disable_tqdm)

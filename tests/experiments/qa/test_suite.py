@@ -191,6 +191,8 @@ def _check_battery(tmp: Path, results: dict) -> None:
     memory = json.loads(Path(files["memory"]).read_text())
     assert memory["mlpmem_one_pass"] == ["backbone", "memory", "memory-gate"]  # one backbone pass for the three
     assert "mlpmem_one_pass" not in json.loads(Path(files["cpt"]).read_text())
+    counts = json.loads(Path(files["rag-bm25"]).read_text())["mlpmem_rag_contexts"]
+    assert counts["contexts"] > 0 and counts["without_passages"] == 0
     lam = results["benchmarks"]["synthetic"]["methods"]["memory"]["lambda"]
     assert memory["config"]["mlpmem"]["lam"] == lam  # the QA-tuned λ, not the perplexity one
     assert len(memory["samples"]["mlpmem_bb_general_knowledge"]) == 2
@@ -199,6 +201,7 @@ def _check_battery(tmp: Path, results: dict) -> None:
         "memory-gate"]["gate_offset"]
     report = (tmp / "docs" / "report.md").read_text()
     assert "## General capability through lm-eval (the battery)" in report and "| MLP Memory + gate |" in report
+    assert f"RAG-BM25 0 of {counts['contexts']} distinct contexts." in report
     assert "Every method scored at fp32." in report and set(results["battery"]["precision"].values()) == {"fp32"}
     assert (tmp / "docs" / "battery-delta.png").stat().st_size > 0
     intervals = json.loads((tmp / "docs" / "results.json").read_text())["battery_intervals"]

@@ -37,6 +37,8 @@ WALL_SECONDS = "mlpmem_wall_seconds"
 """The key of a battery file that records how long lm-eval took to score it (absent in older files)."""
 ONE_PASS = "mlpmem_one_pass"
 """The key of a battery file that lists the methods scored with it from one backbone pass (absent: alone)."""
+RAG_CONTEXTS = "mlpmem_rag_contexts"
+"""The key of a RAG battery file that counts its contexts and those that got no passage (absent in older files)."""
 ONE_PASS_LABELS = ("backbone", "memory", "memory-gate", "knnlm")
 BATTERY_METHODS = ("backbone", "rag-dense", "rag-bm25", "knnlm", "cpt", "lora", "memory", "memory-gate")
 
@@ -165,13 +167,26 @@ def run_battery(cfg, progress: bool = True) -> dict:
     models = _one_pass_models(cfg, todo)
     for method, scored_with in todo.items():
         t0 = time.perf_counter()
-        results = evaluate(cfg.battery.tasks, models.get(method, "mlpmem"), scored_with["model_args"],
+        model = models.get(method) or _model(cfg, method, scored_with["model_args"])
+        results = evaluate(cfg.battery.tasks, model, scored_with["model_args"],
                            include_path=folder, local_only=True, limit=cfg.battery.limit,
                            batch_size=cfg.battery.batch_size, log_samples=True)
         shared = {ONE_PASS: list(models)} if method in models else {}
-        write_results({**results, SCORED_WITH: scored_with, WALL_SECONDS: time.perf_counter() - t0, **shared},
-                      battery_dir(cfg.out_dir) / f"{method}.json")
+        counts = {RAG_CONTEXTS: model.rag_context_counts()} if method.startswith("rag-") else {}
+        write_results({**results, SCORED_WITH: scored_with, WALL_SECONDS: time.perf_counter() - t0, **shared,
+                       **counts}, battery_dir(cfg.out_dir) / f"{method}.json")
     return collect_battery(cfg, folder)
+
+
+def _model(cfg, method: str, model_args: str):
+    """The ``mlpmem`` model type by name, or (RAG) built here, so that its contexts' counts can be read after."""
+    if not method.startswith("rag-"):
+        return "mlpmem"
+    from lm_eval.utils import simple_parse_args_string  # here: lm-eval loads only for the stage
+
+    from mlpmem.evaluation.harness import MlpmemLM
+
+    return MlpmemLM(**simple_parse_args_string(model_args), batch_size=cfg.battery.batch_size)
 
 
 def _one_pass_models(cfg, todo: dict) -> dict:
@@ -197,7 +212,8 @@ def collect_battery(cfg, folder: Path | None = None) -> dict | None:
     return {"tasks_dir": str(folder or out / "tasks"), "methods": files,
             "wall_seconds": {m: r.get(WALL_SECONDS) for m, r in records.items()},
             "one_pass": [m for m, r in records.items() if r.get(ONE_PASS)],
-            "precision": {m: scored_precision(r) for m, r in records.items()}}
+            "precision": {m: scored_precision(r) for m, r in records.items()},
+            "rag_contexts": {m: r[RAG_CONTEXTS] for m, r in records.items() if r.get(RAG_CONTEXTS)}}
 
 
 def scored_precision(record: dict) -> str:

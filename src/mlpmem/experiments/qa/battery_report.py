@@ -32,23 +32,35 @@ def battery_rows(results: dict, cfg: BootstrapConfig) -> tuple[dict[str, list[Ro
     return rows, shifts
 
 
-def battery_section(rows: dict[str, list[Row]], labels: dict[str, str], docs: Path,
-                    seconds: dict[str, float | None] | None = None,
-                    shifts: dict[str, dict[str, Shift]] | None = None, one_pass: list[str] | None = None,
-                    precision: dict[str, str] | None = None) -> str:
+def battery_section(rows: dict[str, list[Row]], labels: dict[str, str], docs: Path, stage: dict | None = None,
+                    shifts: dict[str, dict[str, Shift]] | None = None) -> str:
     """The table (scores ± standard error, Δ vs backbone with its 95 % interval, verdict), the Δ plot, where the
-    log-likelihood choices moved and, where the files recorded it, each method's scoring time."""
+    log-likelihood choices moved and, from what the stage recorded (``stage``: :func:`~mlpmem.experiments.qa.battery.
+    collect_battery`'s), the precision, each method's scoring time and RAG's contexts without passages."""
     if not rows:
         return "(not run: the suite config has no `battery` section, or `--no-battery` skipped it)"
+    stage = stage or {}
     named = {labels.get(m, m): r for m, r in rows.items()}
     figure = plot_deltas({m: task_rows(rs) for m, rs in named.items()}, docs / FIGURE, "backbone")
     return "\n".join([
         "lm-evaluation-harness (`mlpmem` model type) on the local BIG-bench tasks of `mlpmem tasks prepare`, the "
         "models of the no-regression benchmark at its QA-tuned λ; acc: log-likelihood choice, PMI: lm-eval's "
         "`acc_mutual_info` (domain-conditional PMI, docs/lm-eval.md). Every difference is paired over the items "
-        f"both scored; `average` weighs every task the same. {precision_line(precision or {}, labels)}", "",
+        f"both scored; `average` weighs every task the same. {precision_line(stage.get('precision') or {}, labels)}"
+        + rag_line(stage.get("rag_contexts") or {}, labels), "",
         table(named, "backbone"), "", f"![battery Δ vs backbone]({figure.name})", "",
-        shift_section(shifts or {}, labels), "", scoring_times(seconds or {}, labels, one_pass or [])])
+        shift_section(shifts or {}, labels), "",
+        scoring_times(stage.get("wall_seconds") or {}, labels, stage.get("one_pass") or [])])
+
+
+def rag_line(counts: dict[str, dict[str, int]], labels: dict[str, str]) -> str:
+    """One sentence: of each RAG method's distinct contexts, how many were too long to take a passage."""
+    if not counts:
+        return ""
+    parts = [f"{labels.get(m, m)} {c['without_passages']} of {c['contexts']}" for m, c in counts.items()]
+    return (" RAG puts its passages before each context under `rag.max_prompt_tokens`; contexts longer than that "
+            "by themselves get none and are scored as the backbone scores them: " + ", ".join(parts)
+            + " distinct contexts.")
 
 
 def shift_section(shifts: dict[str, dict[str, Shift]], labels: dict[str, str]) -> str:
