@@ -229,7 +229,10 @@ def test_the_cost_table_sums_every_recorded_stage_and_names_the_missing(tmp_path
     synthetic = results["benchmarks"]["synthetic"]["methods"]
     synthetic["memory"].update(train_seconds=600.0, wall_seconds=120.0)
     synthetic["backbone"]["wall_seconds"] = 60.0
+    results["calls"] = [{"started": "2026-01-01T00:00:00+00:00", "seconds": 1500.0},
+                        {"started": "2026-01-01T01:00:00+00:00", "seconds": None}]  # the second stopped half-way
     cost = cost_minutes(results, {"backbone": 300.0, "memory": 180.0})
+    assert cost["calls"] == {"minutes": 25.0, "not_recorded": 1, "n": 2}
     assert cost["memory_run"]["synthetic"] == {"minutes": 10.0, "not_recorded": 0}
     assert cost["methods"]["synthetic"] == {"minutes": 3.0, "not_recorded": 0}
     assert cost["methods"]["disfl_qa"] == {"minutes": None, "not_recorded": 1}  # its backbone recorded no time
@@ -239,4 +242,6 @@ def test_the_cost_table_sums_every_recorded_stage_and_names_the_missing(tmp_path
     table = (tmp_path / "report.md").read_text().split("## What it cost")[1]
     assert "| the lm-eval battery, every method |  |  | — |" in table
     assert "| **total** |  |  | **13 (some not recorded)** |" in table
+    assert "| every call of the command that computed (2), wall clock" in table
+    assert table.rstrip().endswith("|  |  | 25 (some not recorded) |")
     assert json.loads((tmp_path / "results.json").read_text())["cost_minutes"]["total"]["minutes"] == 13.0

@@ -106,6 +106,7 @@ def test_qa_report_end_to_end(qa_setup, capsys):
     assert bench["methods"]["memory"]["settings"]["lambda_grid"] == [0.0, 0.5]
     assert (tmp / "qa" / "battery" / "memory.json").stat().st_mtime == battery
     assert "suite.yaml --no-ablations`" in (tmp / "docs" / "report.md").read_text()  # the command as it ran
+    assert len(json.loads((tmp / "qa" / "calls.json").read_text())) == 2  # each computing call is logged
     (tmp / "qa" / "synthetic" / "methods" / "lora.json").unlink()  # as if interrupted before LoRA finished
     (tmp / "docs" / "report.md").unlink()
     knnlm = tmp / "qa" / "synthetic" / "methods" / "knnlm.json"  # as if written before per-item scores were kept
@@ -212,6 +213,9 @@ def _check_battery(tmp: Path, results: dict) -> None:
     assert "backbone, MLP Memory, MLP Memory + gate were scored from one backbone pass" in report
     cost = report.split("## What it cost")[1]
     assert "| the lm-eval battery, every method |" in cost and "not recorded" not in cost
+    assert "| every call of the command that computed (1), wall clock" in cost
+    calls = json.loads((tmp / "qa" / "calls.json").read_text())
+    assert len(calls) == 1 and calls[0]["seconds"] > 0
     assert "Items whose log-likelihood choice (acc) differs from the backbone's" in report
     shifts = json.loads((tmp / "docs" / "results.json").read_text())["battery_choice_shift"]
     assert shifts["memory"]["mlpmem_bb_general_knowledge"]["items"] == 2

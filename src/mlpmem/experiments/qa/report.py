@@ -299,6 +299,7 @@ def cost_minutes(results: dict, battery_seconds: dict | None) -> dict:
            "methods": {**{b: minutes(v) for b, v in scoring.items()}, "all": minutes(sum(scoring.values(), []))},
            "battery": {"all": minutes(battery)}}
     out["total"] = minutes(sum(offline.values(), []) + sum(scoring.values(), []) + battery)
+    out["calls"] = minutes([c["seconds"] for c in results.get("calls") or []]) | {"n": len(results.get("calls") or [])}
     return out
 
 
@@ -314,6 +315,10 @@ def cost_section(cost: dict, benches: list[str]) -> str:
         lines.append(f"| {label} | " + " | ".join(cell(cost[key].get(b)) for b in benches)
                      + f" | {cell(cost[key]['all'])} |")
     lines.append("| **total** | " + " | ".join("" for _ in benches) + f" | **{cell(cost['total'])}** |")
+    if cost["calls"]["n"]:
+        lines.append(f"| every call of the command that computed ({cost['calls']['n']}), wall clock: the stages "
+                     "above, the data, the memory runs' evaluation | " + " | ".join("" for _ in benches)
+                     + f" | {cell(cost['calls'])} |")
     return "\n".join(["Minutes of wall time on the machine that ran each stage, as the files recorded it (the suite "
                       "resumes stage by stage, so the stages may come from several sessions and loads; preparing "
                       "the data and the tasks is not counted):", "", *lines])

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 from mlpmem.backbone import load_backbone
@@ -22,7 +24,7 @@ from mlpmem.experiments.qa.battery import collect_battery, run_battery
 from mlpmem.experiments.qa.config import QASuiteConfig
 from mlpmem.experiments.qa.runner import collect_benchmark, run_benchmark
 from mlpmem.utils.runtime import set_threads
-from mlpmem.utils.shards import write_json
+from mlpmem.utils.shards import read_json, write_json
 
 
 def run_suite(cfg: QASuiteConfig, progress: bool = True, compute: bool = True) -> dict:
@@ -31,6 +33,7 @@ def run_suite(cfg: QASuiteConfig, progress: bool = True, compute: bool = True) -
     ``compute=False`` only collects what earlier runs finished (a report of an interrupted suite).
     """
     set_threads()
+    calls = _Calls(Path(cfg.out_dir) / CALLS) if compute else None
     backbone = load_backbone(cfg.backbone) if compute else None
     results = {"benchmarks": {}, "config": _config_dict(cfg)}
     for name in cfg.benchmarks:
@@ -40,8 +43,35 @@ def run_suite(cfg: QASuiteConfig, progress: bool = True, compute: bool = True) -
         write_json(Path(cfg.out_dir) / "results.json", results)
     results["ablations"] = run_ablations(cfg, backbone, progress, train=compute and cfg.ablations is not None)
     results["battery"] = run_battery(cfg, progress) if compute and cfg.battery else collect_battery(cfg)
+    if calls is not None:
+        calls.finish()
+    results["calls"] = _Calls.read(Path(cfg.out_dir) / CALLS)
     write_json(Path(cfg.out_dir) / "results.json", results)
     return results
+
+
+CALLS = "calls.json"
+"""The suite's log of the calls that computed (each one's start and wall seconds), in ``out_dir``."""
+
+
+class _Calls:
+    """Records one computing call of the suite: an entry when it starts (``seconds`` None until it finishes, so a
+    call that stopped half-way stays visible) and its wall seconds when it ends."""
+
+    def __init__(self, path: Path):
+        self.path, self.t0 = path, time.perf_counter()
+        self.entries = self.read(path) + [{"started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                           "seconds": None}]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, self.entries)
+
+    def finish(self) -> None:
+        self.entries[-1]["seconds"] = time.perf_counter() - self.t0
+        write_json(self.path, self.entries)
+
+    @staticmethod
+    def read(path: Path) -> list[dict]:
+        return read_json(path, "suite calls") if path.is_file() else []
 
 
 def _config_dict(cfg: QASuiteConfig) -> dict:
