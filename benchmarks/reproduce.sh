@@ -232,6 +232,12 @@ on480 update-table-480-fresh20 update "$FRESH20,forget.replay_draw=epoch,forget.
 $M update-study configs/maintenance/study-480.yaml --out runs/update-table-480-forget30 --set forget_fraction=0.3 \
   --set "update_seeds=[]" --set "retrain_seeds=[]" --set from_study=runs/update-study-480-replay3 \
   --set from_study_table=true --set docs_dir=docs/results/update-480-forget30 --quiet
+# the same with the forget at the memory's own rate (docs/results/update-480-forget30-lr)
+$M update-study configs/maintenance/study-480.yaml --out runs/update-table-480-forget30-lr --set forget_fraction=0.3 \
+  --set "update_seeds=[]" --set "retrain_seeds=[]" --set "update_variants={}" \
+  --set "maintenance=[update.lr=0.001,update.replay_ratio=0.5,update.replay_draw=epoch,update.epochs=20,forget.replay_ratio=2,forget.replay_draw=epoch,forget.epochs=6,forget.lr=0.001]" \
+  --set from_study=runs/update-study-480-replay3 --set from_study_table=true \
+  --set docs_dir=docs/results/update-480-forget30-lr --quiet
 # lm-eval scoring on the 480-entity study's retrained run (after its evaluation): one backbone pass for backbone,
 # memory and kNN-LM (docs/results/lm-eval-one-pass), bf16 against fp32 (docs/results/lm-eval-precision); and the
 # study's multiple-choice scorer with shared contexts (docs/results/choice-scoring)
