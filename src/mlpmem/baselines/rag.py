@@ -202,8 +202,8 @@ class RAG:
         self.retriever, self.tokenizer, self.cfg = retriever, tokenizer, cfg or RAGConfig()
         self.last_retrieval_seconds = 0.0
         self.contexts: dict[str, bool] = {}
-        """Every distinct context :meth:`context_prompts` was given, and whether its passages fit (False: the
-        context alone is longer than ``max_prompt_tokens``)."""
+        """Every distinct context :meth:`context_prompts` was given, and whether it got a passage (False: no room
+        under ``max_prompt_tokens``)."""
 
     def retrieve(self, queries: list[str]) -> list[list[Hit]]:
         """The top-k passages of every query, in one batch (timed)."""

@@ -231,13 +231,15 @@ def test_the_cost_table_sums_every_recorded_stage_and_names_the_missing(tmp_path
     synthetic["backbone"]["wall_seconds"] = 60.0
     results["calls"] = [{"started": "2026-01-01T00:00:00+00:00", "seconds": 1500.0},
                         {"started": "2026-01-01T01:00:00+00:00", "seconds": None}]  # the second stopped half-way
-    cost = cost_minutes(results, {"backbone": 300.0, "memory": 180.0})
+    results["battery"] = {"wall_seconds": {"backbone": 300.0, "memory": 180.0}}
+    cost = cost_minutes(results)
     assert cost["calls"] == {"minutes": 25.0, "not_recorded": 1, "n": 2}
     assert cost["memory_run"]["synthetic"] == {"minutes": 10.0, "not_recorded": 0}
     assert cost["methods"]["synthetic"] == {"minutes": 3.0, "not_recorded": 0}
     assert cost["methods"]["disfl_qa"] == {"minutes": None, "not_recorded": 1}  # its backbone recorded no time
     assert cost["battery"]["all"]["minutes"] == 8.0
     assert cost["total"] == {"minutes": 21.0, "not_recorded": 2}  # disfl_qa's memory run and backbone
+    del results["battery"]
     write_report(results, tmp_path, "mlpmem qa report suite.yaml")  # no battery ran
     table = (tmp_path / "report.md").read_text().split("## What it cost")[1]
     assert "| the lm-eval battery, every method |  |  | — |" in table

@@ -284,9 +284,10 @@ STAGES = {"memory_run": "the memory run (keys, teacher, training)",
           "battery": "the lm-eval battery, every method"}
 
 
-def cost_minutes(results: dict, battery_seconds: dict | None) -> dict:
-    """Minutes of wall time per stage, per benchmark and over all (``"all"``), and their ``"total"``, from the
-    times the suite's files recorded; a stage with no recorded time is None, with some missing it lists them."""
+def cost_minutes(results: dict) -> dict:
+    """Minutes of wall time per stage, per benchmark and over all (``"all"``), their ``"total"`` and the suite's
+    logged ``"calls"``, from the times its files recorded; each entry counts the times that were not recorded
+    (its minutes None when none was)."""
     def minutes(values: list) -> dict:
         known = [v for v in values if v is not None]
         return {"minutes": sum(known) / 60 if known else None, "not_recorded": len(values) - len(known)}
@@ -294,7 +295,7 @@ def cost_minutes(results: dict, battery_seconds: dict | None) -> dict:
     benches = results["benchmarks"]
     offline = {b: [r["methods"].get("memory", {}).get("train_seconds")] for b, r in benches.items()}
     scoring = {b: [m.get("wall_seconds") for m in r["methods"].values()] for b, r in benches.items()}
-    battery = list((battery_seconds or {}).values())
+    battery = list(((results.get("battery") or {}).get("wall_seconds") or {}).values())
     out = {"memory_run": {**{b: minutes(v) for b, v in offline.items()}, "all": minutes(sum(offline.values(), []))},
            "methods": {**{b: minutes(v) for b, v in scoring.items()}, "all": minutes(sum(scoring.values(), []))},
            "battery": {"all": minutes(battery)}}
@@ -332,9 +333,8 @@ def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
     docs.mkdir(parents=True, exist_ok=True)
     cfg = bootstrap_config(results)
     battery, shifts = battery_rows(results, cfg)
-    seconds = (results.get("battery") or {}).get("wall_seconds")
     found = claims(results, cfg, battery)
-    cost = cost_minutes(results, seconds)
+    cost = cost_minutes(results)
     text = "\n".join([
         "# Knowledge QA, general capability, baselines and ablations", "", _intro(results, command, cfg), "",
         "## QA table (test questions)", "", qa_table(results, cfg), "",
