@@ -147,8 +147,7 @@ def _num_tokens(tokenizer, text: str) -> int:
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def fit_passages(prompt: Callable[[list[str]], str], passages: list[str], tokenizer, max_prompt_tokens: int,
-                 what: str = "the question") -> str:
+def fit_passages(prompt: Callable[[list[str]], str], passages: list[str], tokenizer, max_prompt_tokens: int) -> str:
     """``prompt(kept)`` with as many of ``passages`` (in the given rank order) as fit in ``max_prompt_tokens``.
 
     ``prompt([])`` must fit by itself; the first passage that does not fit whole is cut to the tokens left
@@ -158,7 +157,7 @@ def fit_passages(prompt: Callable[[list[str]], str], passages: list[str], tokeni
         return _num_tokens(tokenizer, prompt(context)) <= max_prompt_tokens
 
     if not fits([]):
-        raise MlpmemError(f"{what} alone is longer than the context limit ({max_prompt_tokens} tokens)")
+        raise MlpmemError(f"the question alone is longer than the context limit ({max_prompt_tokens} tokens)")
     kept: list[str] = []
     for passage in passages:
         if fits(kept + [passage]):
@@ -190,8 +189,7 @@ def build_context_prompt(context: str, passages: list[str], tokenizer, max_promp
     would), unlike a question, whose prompt must fit."""
     if _num_tokens(tokenizer, context) > max_prompt_tokens:
         return context
-    return fit_passages(lambda kept: with_passages(context, kept), passages, tokenizer, max_prompt_tokens,
-                        "the context")
+    return fit_passages(lambda kept: with_passages(context, kept), passages, tokenizer, max_prompt_tokens)
 
 
 class RAG:
