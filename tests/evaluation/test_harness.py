@@ -53,10 +53,11 @@ def test_gate_dir_loads_another_gate_of_the_runs_memory_only(run_dir, tmp_path):
     memory = model.mixer.memory
     gate = Gate(GateConfig(hidden_size=4)).set_constant(0.3)
     save_gate(gate, tmp_path / "mine", memory)
-    gated = augmented_from_run(run_dir, gate=True, gate_offset=1.0, gate_dir=tmp_path / "mine")
+    gated = augmented_from_run(run_dir, gate=True, gate_offset=1.0, gate_dir=tmp_path / "mine", gate_floor=0.5)
     backbone, tokenizer = load_backbone(model.config.backbone)
     plain = MemoryAugmentedLM.from_pretrained(run_dir / "memory", backbone, tokenizer, gate_dir=tmp_path / "mine")
-    plain.gate.set_offset(1.0)
+    plain.gate.set_offset(1.0).set_floor(0.5)
+    assert gated.mixer.gate.floor == 0.5
     ids = torch.tensor([tokenizer.encode(DOCS[0]["text"])])
     with torch.no_grad():
         assert torch.equal(gated(input_ids=ids).logits, plain(input_ids=ids).logits)
@@ -173,6 +174,8 @@ def test_the_command_and_lm_evals_hf_type_on_a_saved_folder_agree(run_dir, tasks
     (dict(run="r", gate_offset=2.0), "gate_offset= needs gate=true"),
     (dict(run="r", precision="fp16"), "precision must be one of"),
     (dict(run="r", gate_dir="g"), "gate_dir= needs gate=true"),
+    (dict(run="r", gate_floor=0.2), "gate_floor= needs gate=true"),
+    (dict(run="r", gate=True, gate_floor=1.0), "gate_floor must be a number in"),
     (dict(run="r", method="knnlm", gate_offset=1.0), "gate_offset= applies to method=memory, not knnlm"),
     (dict(run="r", method="cpt"), "method=cpt needs weights="),
     (dict(run="r", method="rag-dense", weights="w"), "weights= applies to method=cpt or lora, not rag-dense"),

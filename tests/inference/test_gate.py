@@ -107,6 +107,48 @@ def test_an_offset_shifts_every_logit_and_is_not_saved(tmp_path):
             gate.set_offset(bad)
 
 
+def test_a_floor_closes_the_gate_exactly_below_it_and_is_not_saved():
+    """Below the floor λ_t is exactly 0 and the mixture is the backbone's distribution; above it nothing changes;
+    floor 0 is the gate without one, bit for bit; the mixture still sums to 1."""
+    backbone = tiny_backbone("llama")
+    memory = make_memory(backbone)
+    gate = random_gate(memory.config.input_size)
+    gated = MemoryAugmentedLM(backbone, memory, gate=gate)
+    ids, mask = left_padded(PROMPTS)
+    with torch.no_grad():
+        open_logits, open_lam = gated(input_ids=ids, attention_mask=mask).logits, gated.last_lambda
+        floor = open_lam[mask.bool()].median().item()
+        gate.set_floor(floor)
+        floored, lam_t = gated(input_ids=ids, attention_mask=mask).logits, gated.last_lambda
+        lp_lm = F.log_softmax(backbone(input_ids=ids, attention_mask=mask).logits, -1)
+        closed = open_lam < floor
+        assert 0 < int(closed[mask.bool()].sum()) < int(mask.sum())  # some positions closed, some open
+        assert bool((lam_t[closed] == 0).all()) and torch.equal(lam_t[~closed], open_lam[~closed])
+        torch.testing.assert_close(floored[closed], lp_lm[closed], rtol=0, atol=1e-6)
+        assert torch.equal(floored[~closed], open_logits[~closed])
+        torch.testing.assert_close(torch.logsumexp(floored, -1), torch.zeros(ids.shape), rtol=0, atol=1e-5)
+        assert torch.equal(gated(input_ids=ids, attention_mask=mask).logits, floored)  # idempotent
+        gate.set_floor(0.0)
+        assert torch.equal(gated(input_ids=ids, attention_mask=mask).logits, open_logits)
+    assert "floor" not in gate.state_dict()
+    for bad in (1.0, -0.1, "0.2", True):
+        with pytest.raises(ConfigError, match="gate floor"):
+            gate.set_floor(bad)
+
+
+def test_a_floor_in_the_offline_target_logprob_is_the_backbone_there():
+    torch.manual_seed(0)
+    lp_lm, lp_mem = -torch.rand(20, dtype=torch.float64) * 8, -torch.rand(20, dtype=torch.float64) * 8
+    z = torch.randn(20, dtype=torch.float64)
+    gate = Gate(GateConfig()).set_floor(0.5)
+    closed = gate.closed(z)
+    assert torch.equal(closed, z < 0)  # logit(0.5) = 0
+    mixed = gated_target_logprob(lp_lm, lp_mem, z, closed)
+    assert torch.equal(mixed[closed], lp_lm[closed])
+    torch.testing.assert_close(mixed[~closed], gated_target_logprob(lp_lm, lp_mem, z)[~closed], rtol=0, atol=0)
+    assert Gate(GateConfig()).closed(z) is None
+
+
 def test_constant_needs_an_open_interval():
     gate = Gate(GateConfig())
     for bad in (0.0, 1.0, 1.5):

@@ -22,7 +22,8 @@ and generate_until (batched, stop strings, KV cache) are lm-eval's code. The met
 model_args: ``run=<run folder>`` (or ``pretrained=<folder>``), ``method=``, ``lam=auto|<float>`` ("auto": the
 run's validation choice), ``share_context=false`` (every loglikelihood request runs its context anew, as
 ``HFLM`` does; default: requests sharing a context run it once, :mod:`mlpmem.evaluation.shared_context`),
-``gate=true`` (the run's learned gate; ``gate_offset=`` shifts its logit, ``gate_dir=``
+``gate=true`` (the run's learned gate; ``gate_offset=`` shifts its logit, ``gate_floor=`` closes it exactly
+below that λ_t, ``gate_dir=``
 takes another gate saved with the run's memory), ``precision=fp32|bf16|auto`` (bf16: every model call under
 autocast, held open around each of lm-eval's calls so that each fp32 weight is cast once per call of lm-eval, not
 per forward; every log-likelihood at bf16's rounding; ``mlpmem bench lm-eval --compare-precision bf16`` measures
@@ -65,13 +66,13 @@ class MlpmemLM(HFLM):
 
     def __init__(self, run: str | None = None, pretrained: str | None = None, method: str = "memory",
                  lam: float | str = AUTO, gate: bool = False, gate_offset: float = 0.0, gate_dir: str | None = None,
-                 docs: str | None = None,
+                 gate_floor: float = 0.0, docs: str | None = None,
                  weights: str | None = None, top_k: int | None = None, passage_words: int | None = None,
                  max_prompt_tokens: int | None = None, precision: str = "fp32", device: str | None = None,
                  share_context: bool = True, **kwargs):
         args = MethodArgs(run=run, pretrained=pretrained, method=method, lam=lam, gate=gate, gate_offset=gate_offset,
-                          gate_dir=gate_dir, docs=docs, weights=weights, top_k=top_k, passage_words=passage_words,
-                          max_prompt_tokens=max_prompt_tokens, precision=precision)
+                          gate_dir=gate_dir, gate_floor=gate_floor, docs=docs, weights=weights, top_k=top_k,
+                          passage_words=passage_words, max_prompt_tokens=max_prompt_tokens, precision=precision)
         if not isinstance(share_context, bool):
             raise ConfigError(f"share_context must be true or false, got {share_context!r}")
         loaded = build_model(args)

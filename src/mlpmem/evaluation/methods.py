@@ -48,7 +48,7 @@ from mlpmem.pipeline.hf_export import AUTO, augmented_from_run, open_run, run_la
 RAG_METHODS = ("rag-dense", "rag-bm25")
 RAG_OPTIONS = ("top_k", "passage_words", "max_prompt_tokens")
 OPTIONS: dict[str, tuple[str, ...]] = {
-    "memory": ("lam", "gate", "gate_offset", "gate_dir"),
+    "memory": ("lam", "gate", "gate_offset", "gate_floor", "gate_dir"),
     "backbone": (),
     "knnlm": ("lam",),
     **{m: ("docs", *RAG_OPTIONS) for m in RAG_METHODS},
@@ -78,6 +78,9 @@ class MethodArgs:
     gate_offset: float = 0.0
     """With ``gate``: added to the gate's logit (:meth:`~mlpmem.inference.gate.Gate.set_offset`; the QA suite
     chooses one on its validation questions)."""
+    gate_floor: float = 0.0
+    """With ``gate``: λ_t below it is exactly 0 (:meth:`~mlpmem.inference.gate.Gate.set_floor`; the QA suite
+    chooses one on its validation questions)."""
     gate_dir: str | None = None
     """With ``gate``: the folder of another gate saved with the run's memory (e.g. the QA suite's gate trained on
     questions, ``<benchmark>/gate-questions``) instead of the run's ``gate/``."""
@@ -102,12 +105,15 @@ class MethodArgs:
         if not isinstance(self.gate, bool):
             raise ConfigError(f"gate must be true or false, got {self.gate!r}")
         check_precision(self.precision)
+        floor = self.gate_floor
+        if not isinstance(floor, (int, float)) or isinstance(floor, bool) or not 0 <= floor < 1:
+            raise ConfigError(f"gate_floor must be a number in [0, 1), got {floor!r}")
         defaults = MethodArgs.__dataclass_fields__
-        for key in ("lam", "gate", "gate_offset", "gate_dir", "docs", "weights", *RAG_OPTIONS):
+        for key in ("lam", "gate", "gate_offset", "gate_floor", "gate_dir", "docs", "weights", *RAG_OPTIONS):
             if getattr(self, key) != defaults[key].default and key not in OPTIONS[method]:
                 users = [m for m, keys in OPTIONS.items() if key in keys]
                 raise ConfigError(f"{key}= applies to method={' or '.join(users)}, not {method}")
-        for key in ("gate_offset", "gate_dir"):
+        for key in ("gate_offset", "gate_floor", "gate_dir"):
             if getattr(self, key) != defaults[key].default and not self.gate:
                 raise ConfigError(f"{key}= needs gate=true")
         if "weights" in OPTIONS[method] and self.weights is None:
@@ -223,7 +229,7 @@ def _build(args: MethodArgs, run=None) -> Loaded:
         return Loaded(model, model.tokenizer, lam=model.lam, mixer=model.mixer)
     run = run or open_run(args.run)
     if args.method == "memory":
-        model = augmented_from_run(run, args.lam, args.gate, args.gate_offset, args.gate_dir)
+        model = augmented_from_run(run, args.lam, args.gate, args.gate_offset, args.gate_dir, args.gate_floor)
         return Loaded(model, model.tokenizer, lam=model.lam, mixer=model.mixer)
     backbone, tokenizer = run.backbone
     if args.method == "backbone":

@@ -24,7 +24,9 @@ Exactness. The gate runs in float64 (a few hundred weights, one row per kept pos
 log λ_t = logsigmoid(z) and log(1 - λ_t) = logsigmoid(-z) are rounded to fp32 and added the way
 :func:`~mlpmem.inference.augmented_lm.mix_logits` adds its scalars, so a constant gate (zero output
 weights, bias logit(c)) gives the fixed-λ = c mixture bit for bit whenever fp32 rounds the float64 logs of
-c and 1 - c as it rounds Python's (for practically every c). A sigmoid never reaches 0 or 1: λ_t is in (0, 1).
+c and 1 - c as it rounds Python's (for practically every c). A sigmoid never reaches 0 or 1: λ_t is in (0, 1),
+unless a floor is set (:meth:`Gate.set_floor`): then a λ_t below the floor is exactly 0, and there the mixture is
+the backbone's distribution exactly (no log(1 - λ_t) lowers the tokens the memory does not predict).
 """
 
 from __future__ import annotations
@@ -115,6 +117,8 @@ class Gate(nn.Module):
         self.out = nn.Linear(config.hidden_size or inputs, 1)
         self.offset = 0.0
         """Added to every logit z; a use's calibration (e.g. chosen on a task's validation questions), not saved."""
+        self.floor = 0.0
+        """λ_t below this is exactly 0 (the backbone alone there); a use's calibration like :attr:`offset`."""
         self.to(torch.float64)
 
     @property
@@ -144,6 +148,19 @@ class Gate(nn.Module):
         self.offset = float(offset)
         return self
 
+    def set_floor(self, floor: float) -> Gate:
+        """Close the gate exactly (λ_t = 0) wherever λ_t < ``floor``, in [0, 1); 0: no floor."""
+        if not isinstance(floor, (int, float)) or isinstance(floor, bool) or not 0.0 <= floor < 1.0:
+            raise ConfigError(f"a gate floor is a number in [0, 1), got {floor!r}")
+        self.floor = float(floor)
+        return self
+
+    def closed(self, z: torch.Tensor) -> torch.Tensor | None:
+        """Where logits z (...,) fall below the floor (bool, same shape); None without a floor."""
+        if not self.floor:
+            return None
+        return z < math.log(self.floor) - math.log1p(-self.floor)
+
     def forward(self, features: torch.Tensor, keys: torch.Tensor | None = None) -> torch.Tensor:
         """The gate's logit z (...,) float64 (:attr:`offset` added) for features (..., F) and, if it uses them,
         keys (..., d)."""
@@ -159,18 +176,26 @@ class Gate(nn.Module):
         return self.out(x)[..., 0] + self.offset  # (...,)
 
     def lam(self, features: torch.Tensor, keys: torch.Tensor | None = None) -> torch.Tensor:
-        """λ_t = sigmoid(z) (...,) float64, in (0, 1)."""
-        return torch.sigmoid(self(features, keys))
+        """λ_t = sigmoid(z) (...,) float64, in (0, 1); exactly 0 below the floor."""
+        z = self(features, keys)
+        closed = self.closed(z)
+        return torch.sigmoid(z) if closed is None else torch.sigmoid(z).masked_fill(closed, 0.0)
 
 
-def log_weights(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log(1 - λ), log λ) of gate logits z, both without cancellation: logsigmoid(-z), logsigmoid(z)."""
-    return F.logsigmoid(-z), F.logsigmoid(z)
+def log_weights(z: torch.Tensor, closed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log(1 - λ), log λ) of gate logits z, both without cancellation: logsigmoid(-z), logsigmoid(z); where
+    ``closed`` (:meth:`Gate.closed`), (0, -inf): λ = 0 exactly."""
+    log_1m, log_lam = F.logsigmoid(-z), F.logsigmoid(z)
+    if closed is None:
+        return log_1m, log_lam
+    return log_1m.masked_fill(closed, 0.0), log_lam.masked_fill(closed, -math.inf)
 
 
-def gated_target_logprob(lp_lm: torch.Tensor, lp_mem: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-    """log((1 - λ_t) p_lm(y_t) + λ_t p_mem(y_t)) from the targets' log-probs (n,) and gate logits z (n,)."""
-    log_1m, log_lam = log_weights(z.double())
+def gated_target_logprob(lp_lm: torch.Tensor, lp_mem: torch.Tensor, z: torch.Tensor,
+                         closed: torch.Tensor | None = None) -> torch.Tensor:
+    """log((1 - λ_t) p_lm(y_t) + λ_t p_mem(y_t)) from the targets' log-probs (n,) and gate logits z (n,) (λ_t = 0
+    where ``closed``)."""
+    log_1m, log_lam = log_weights(z.double(), closed)
     return torch.logaddexp(lp_lm.double() + log_1m, lp_mem.double() + log_lam)  # (n,)
 
 
@@ -186,6 +211,8 @@ def gated_mix_logits(lm_logits: torch.Tensor, mem_logits: torch.Tensor, gate: Ga
     lse_mem = torch.logsumexp(mem, dim=-1, keepdim=True)
     features = features_from_logits(lm, mem, lse_lm, lse_mem)  # (..., F)
     z = gate(features, keys)  # (...,) float64
-    log_1m, log_lam = (w.to(lm.dtype)[..., None] for w in log_weights(z))  # (..., 1) each
+    closed = gate.closed(z)
+    log_1m, log_lam = (w.to(lm.dtype)[..., None] for w in log_weights(z, closed))  # (..., 1) each
     mixed = torch.logaddexp(lm + (log_1m - lse_lm), mem + (log_lam - lse_mem))  # (..., V)
-    return mixed, torch.sigmoid(z)
+    lam = torch.sigmoid(z)
+    return mixed, lam if closed is None else lam.masked_fill(closed, 0.0)

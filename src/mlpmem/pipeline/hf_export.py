@@ -46,11 +46,12 @@ def run_lambda(run: Run, lam: float | str = AUTO) -> float:
 
 
 def augmented_from_run(run_dir: str | Path | Run, lam: float | str = AUTO, gate: bool = False,
-                       gate_offset: float = 0.0, gate_dir: str | Path | None = None) -> MemoryAugmentedForCausalLM:
+                       gate_offset: float = 0.0, gate_dir: str | Path | None = None,
+                       gate_floor: float = 0.0) -> MemoryAugmentedForCausalLM:
     """The memory-augmented model of a finished run: memory at ``lam`` ("auto": the run's), or with ``gate``
     the run's learned gate (``mlpmem gate``; or the one saved with this memory in ``gate_dir``), which then sets
-    λ_t per position (its logit shifted by ``gate_offset``). ``run_dir`` may be a :class:`Run` already opened
-    (its backbone, if loaded, is reused)."""
+    λ_t per position (its logit shifted by ``gate_offset``; λ_t below ``gate_floor`` exactly 0). ``run_dir`` may be
+    a :class:`Run` already opened (its backbone, if loaded, is reused)."""
     run = run_dir if isinstance(run_dir, Run) else open_run(run_dir)
     require(run, ("train",))
     records.check_upstream(run, "train")
@@ -64,7 +65,7 @@ def augmented_from_run(run_dir: str | Path | Run, lam: float | str = AUTO, gate:
             raise ConfigError(f"no learned gate in {folder}: run `mlpmem gate {run.config_file}` first"
                               if gate_dir is None else f"gate_dir {gate_dir} holds no gate (gate.json)")
         learned = load_gate(folder, memory)  # refused unless saved with this memory
-        learned.set_offset(gate_offset)
+        learned.set_offset(gate_offset).set_floor(gate_floor)
     model, tokenizer = run.backbone
     mixed = MemoryAugmentedLM(model, memory, lam=lam, tokenizer=tokenizer, gate=learned)
     return MemoryAugmentedForCausalLM.from_augmented(mixed, tokenizer, backbone=run.cfg.backbone.name)

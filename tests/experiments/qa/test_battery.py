@@ -29,6 +29,8 @@ def test_the_battery_scores_the_gate_the_suite_tuned(tmp_path):
         model_args(cfg, "memory-gate")
     (methods / "memory-gate.json").write_text(json.dumps({"gate_offset": 3.0}))
     assert model_args(cfg, "memory-gate").endswith(",gate=true,gate_offset=3.0")
+    (methods / "memory-gate.json").write_text(json.dumps({"gate_offset": 0.0, "gate_floor": 0.2}))
+    assert model_args(cfg, "memory-gate").endswith(",gate=true,gate_offset=0.0,gate_floor=0.2")
 
 
 def test_a_battery_file_is_scored_again_when_its_memory_gate_or_arguments_change(tmp_path):

@@ -89,8 +89,15 @@ def test_the_one_standard_error_rule_takes_the_smallest_value_the_questions_cann
     assert curve[0]["f1_se"] == 0 and curve[1]["f1_se"] == pytest.approx(25.0)  # 100 * sd(1, 1, 1, 0) / sqrt(4)
     smallest, _ = tune_lambda(models.__getitem__, tiny_tokenizer, qs, [3.0, 0.0, 1.5], key="offset", rule="one_se")
     assert smallest == 0.0  # 66.7 >= 75 - 25
+    # a knob whose larger values close the gate (a floor): ties and the rule prefer the largest
+    assert tune_lambda(models.__getitem__, tiny_tokenizer, qs, [3.0, 0.0, 1.5], prefer="larger")[0] == 3.0
+    assert tune_lambda(models.__getitem__, tiny_tokenizer, qs, [3.0, 0.0, 1.5], rule="one_se",
+                       prefer="larger")[0] == 3.0
     models[0.0] = EchoModel(tiny_tokenizer, " boats")  # 0, 0, 0, 1: 25 < 50
     assert tune_lambda(models.__getitem__, tiny_tokenizer, qs, [3.0, 0.0, 1.5], rule="one_se")[0] == 1.5
+    models[3.0] = EchoModel(tiny_tokenizer, " boats")
+    assert tune_lambda(models.__getitem__, tiny_tokenizer, qs, [3.0, 0.0, 1.5], rule="one_se",
+                       prefer="larger")[0] == 1.5
 
 
 def test_read_questions(tmp_path):

@@ -218,10 +218,28 @@ def test_the_report_says_where_the_question_gate_opens(tmp_path):
                              gate_negatives=4, gate_negative_tasks=["anachronisms"], gate_negatives_unconditional=True)
     write_report(results, tmp_path, "mlpmem qa report suite.yaml")
     report = (tmp_path / "report.md").read_text()
-    assert ("MLP Memory + gate on synthetic, mean λ_t at its offset: the validation questions' answers 0.610, the "
-            "negatives in their prompts 0.052, the negatives as PMI's unconditional terms (answer prefix alone) 0.405."
-            ) in report
+    assert ("MLP Memory + gate on synthetic, mean λ_t at its offset and floor: the validation questions' answers "
+            "0.610, the negatives in their prompts 0.052, the negatives as PMI's unconditional terms (answer prefix "
+            "alone) 0.405.") in report
     assert "and 4 negatives (BIG-bench items of families the suite does not score, each also as PMI's " in report
+    assert "floor" not in report.split("MLP Memory + gate on synthetic")[0]  # no floor: neither chosen nor closing
+    assert "closes the gate" not in report
+
+
+def test_the_report_says_where_the_floor_closes_the_gate(tmp_path):
+    results = suite_results({"synthetic": {"backbone": WRONG, "memory": RIGHT, "memory-gate": SOME}})
+    results["benchmarks"]["synthetic"]["methods"]["memory-gate"].update(
+        gate_offset=0.0, gate_floor=0.2, gate_mean_lambda={"questions": 0.5, "negatives": 0.01},
+        gate_closed_fraction={"questions": 0.1, "negatives": 0.946})
+    results["config"].update(methods=["backbone", "memory", "memory-gate"], gate_training="questions",
+                             gate_offset_rule="one_se", gate_floor_grid=[0.0, 0.2])
+    write_report(results, tmp_path, "mlpmem qa report suite.yaml")
+    report = (tmp_path / "report.md").read_text()
+    assert "synthetic: gate offset 0, floor 0.2" in report
+    assert ("then the floor below which λ_t is exactly 0 from [0.0, 0.2] (the largest within one standard error of "
+            "the best F1)") in report
+    assert ("MLP Memory + gate on synthetic, positions where its floor closes the gate (λ_t = 0): the validation "
+            "questions' answers 10 %, the negatives in their prompts 95 %.") in report
 
 
 def test_the_cost_table_sums_every_recorded_stage_and_names_the_missing(tmp_path):

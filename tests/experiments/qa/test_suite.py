@@ -48,6 +48,7 @@ def qa_setup(tmp_path, tiny_backbone_dir, monkeypatch):
                                      "test_questions": 6}},
         "lambda_grid": [0.0, 0.5],
         "gate_offset_grid": [0.0, 3.0],
+        "gate_floor_grid": [0.0, 0.4],
         "shots": 2,
         "cpt": {"epochs": 1, "batch_size": 2, "block_size": 32, "lr": 1e-3},
         "lora": {"finetune": {"epochs": 1, "batch_size": 2, "block_size": 32, "lr": 1e-3}},
@@ -77,6 +78,7 @@ def test_qa_report_end_to_end(qa_setup, capsys):
     gated = bench["methods"]["memory-gate"]  # the gate trained on the memory run's validation text, then used
     assert gated["gate"] is True and 0.0 <= gated["gate_text_ppl"]["mean_gate"] <= 1.0
     assert gated["gate_offset"] in (0.0, 3.0) and [r["offset"] for r in gated["gate_offset_curve"]] == [0.0, 3.0]
+    assert gated["gate_floor"] in (0.0, 0.4) and [r["floor"] for r in gated["gate_floor_curve"]] == [0.0, 0.4]
     assert (tmp / "qa" / "synthetic" / "memory-run" / "gate" / "gate.json").is_file()
     assert bench["methods"]["lora"]["target_parameters"] == bench["memory_run"]["memory_trainable_parameters"]
     weights = tmp / "qa" / "synthetic" / "weights"  # what lm-eval's method=cpt|lora loads
@@ -315,6 +317,15 @@ def test_a_method_file_scored_under_other_settings_is_scored_again(tmp_path):
         assert changed_settings({"test": {}, "settings": method_settings(cfg, "synthetic", method)},
                                 method_settings(one_se, "synthetic", method)) == changed, method
     assert "gate_offset_rule" not in method_settings(cfg, "synthetic", "memory-gate")
+    # the floor grid: memory-gate alone; none ([0.0]) is recorded as before the option existed
+    floors = QASuiteConfig(**{**suite, "gate_floor_grid": [0.0, 0.2]})
+    for method, changed in {"memory-gate": ["gate_floor_grid"], "memory": []}.items():
+        assert changed_settings({"test": {}, "settings": method_settings(cfg, "synthetic", method)},
+                                method_settings(floors, "synthetic", method)) == changed, method
+    assert "gate_floor_grid" not in method_settings(cfg, "synthetic", "memory-gate")
+    for bad in ([], [1.0], [-0.1]):
+        with pytest.raises(MlpmemError, match="gate_floor_grid"):
+            QASuiteConfig(**{**suite, "gate_floor_grid": bad})
     with pytest.raises(MlpmemError, match="gate_offset_rule"):
         QASuiteConfig(**{**suite, "gate_offset_rule": "widest"})
     # the no-regression checks only where they run; a file from before settings were recorded stays current

@@ -94,7 +94,8 @@ def _method_args(cfg, method: str) -> str:
         return f"{run},lam={tuned['lambda']}"
     if method == "memory-gate":  # the gate the suite scored and chose the offset for
         where = f",gate_dir={_question_gate(bench, tuned)}" if tuned.get("gate_training") == "questions" else ""
-        return f"{run},gate=true,gate_offset={tuned.get('gate_offset', 0.0)}{where}"
+        floor = f",gate_floor={tuned['gate_floor']}" if tuned.get("gate_floor") else ""
+        return f"{run},gate=true,gate_offset={tuned.get('gate_offset', 0.0)}{floor}{where}"
     if method == "knnlm":
         return f"{run},method=knnlm,lam={tuned['lambda']}"
     if method in ("cpt", "lora"):

@@ -73,8 +73,13 @@ class QASuiteConfig(Config):
     """memory-gate: offsets added to the gate's logit, one chosen on the validation questions as λ is (the gate is
     trained on corpus text, whose positions are not questions); ``[0.0]``: the gate as trained."""
     gate_offset_rule: Literal["best", "one_se"] = "best"
-    """How the offset is chosen on the validation questions: ``best`` F1, or ``one_se``, the smallest offset within
-    one standard error of the best F1 (the most closed gate the questions cannot tell from the best)."""
+    """How the offset (then the floor) is chosen on the validation questions: ``best`` F1, or ``one_se``, the
+    smallest offset (largest floor) within one standard error of the best F1 (the most closed gate the questions
+    cannot tell from the best)."""
+    gate_floor_grid: list[float] = field(default_factory=lambda: [0.0])
+    """memory-gate: floors below which λ_t is exactly 0 (the backbone alone there,
+    :meth:`~mlpmem.inference.gate.Gate.set_floor`), one chosen on the validation questions after the offset;
+    ``[0.0]``: no floor."""
     gate_training: Literal["text", "questions"] = "text"
     """What memory-gate's gate learns from: ``text``, the memory run's gate (``mlpmem gate``, the run's validation
     text); ``questions``, a gate of the same kind trained on the benchmark's validation questions and answers
@@ -115,6 +120,10 @@ class QASuiteConfig(Config):
         if not self.gate_offset_grid or not all(isinstance(b, (int, float)) and not isinstance(b, bool)
                                                 and math.isfinite(b) for b in self.gate_offset_grid):
             raise ConfigError(f"qa gate_offset_grid must be a non-empty list of numbers, got {self.gate_offset_grid}")
+        if not self.gate_floor_grid or not all(isinstance(f, (int, float)) and not isinstance(f, bool) and 0 <= f < 1
+                                               for f in self.gate_floor_grid):
+            raise ConfigError(f"qa gate_floor_grid must be a non-empty list of numbers in [0, 1), "
+                              f"got {self.gate_floor_grid}")
         if not isinstance(self.gate_negatives, int) or self.gate_negatives < 0:
             raise ConfigError(f"qa gate_negatives must be an integer >= 0, got {self.gate_negatives!r}")
         if not isinstance(self.gate_negative_tasks, list) or not all(isinstance(t, str) and t

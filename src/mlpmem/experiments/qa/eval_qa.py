@@ -116,14 +116,16 @@ def evaluate_questions(model, tokenizer, questions: list[dict], prompt_fn=closed
 
 def tune_lambda(make_model, tokenizer, questions: list[dict], grid: list[float], prompt_fn=closed_book_prompts,
                 cfg: GenerationConfig | None = None, progress: bool = False,
-                key: str = "lambda", rule: Literal["best", "one_se"] = "best") -> tuple[float, list[dict]]:
+                key: str = "lambda", rule: Literal["best", "one_se"] = "best",
+                prefer: Literal["smaller", "larger"] = "smaller") -> tuple[float, list[dict]]:
     """The value of ``grid`` chosen on validation F1 and the curve (rows ``{key: value, "em", "f1", "f1_se"}``,
     ``f1_se`` the standard error of the mean F1 over the questions).
 
-    ``rule``: ``best``, the highest F1 (then EM; ties to the smaller value); ``one_se``, the smallest value whose F1
-    is within one standard error of the best's (the one-standard-error rule: the least of the knob that the
-    validation questions cannot tell from the best). ``make_model(value)`` returns a model mixed with weight
-    ``value`` (or set by another one-number knob, e.g. the gate's offset).
+    ``rule``: ``best``, the highest F1 (then EM; ties to the preferred value); ``one_se``, the preferred value
+    (``prefer``: the smallest or the largest) whose F1 is within one standard error of the best's (the
+    one-standard-error rule: the most of what ``prefer`` favours that the validation questions cannot tell from the
+    best). ``make_model(value)`` returns a model mixed with weight ``value`` (or set by another one-number knob, e.g.
+    the gate's offset or floor).
     """
     curve = []
     for value in sorted(grid):
@@ -131,9 +133,11 @@ def tune_lambda(make_model, tokenizer, questions: list[dict], grid: list[float],
         per = qa_per_item(r["predictions"])["f1"]
         se = 100 * statistics.stdev(per) / math.sqrt(len(per)) if len(per) > 1 else 0.0
         curve.append({key: value, "em": r["em"], "f1": r["f1"], "f1_se": se})
-    best = max(curve, key=lambda row: (round(row["f1"], 6), round(row["em"], 6), -row[key]))
+    sign = -1 if prefer == "smaller" else 1
+    best = max(curve, key=lambda row: (round(row["f1"], 6), round(row["em"], 6), sign * row[key]))
     if rule == "one_se":
-        best = next(row for row in curve if row["f1"] >= best["f1"] - best["f1_se"] - 1e-9)
+        near = [row for row in curve if row["f1"] >= best["f1"] - best["f1_se"] - 1e-9]
+        best = near[0] if prefer == "smaller" else near[-1]
     return best[key], curve
 
 

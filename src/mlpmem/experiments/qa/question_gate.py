@@ -104,9 +104,11 @@ def question_gate(folder: Path, model: MemoryAugmentedLM, tokenizer, questions: 
 
 
 @torch.no_grad()
-def mean_lambda(model: MemoryAugmentedLM, tokenizer, groups: dict[str, list[dict]], prompt_fn) -> dict[str, float]:
-    """The mean λ_t of ``model``'s gate (at its offset) over the rows of each group of items: where it opens (the
-    answers of questions) and where it should stay closed (the negatives, in their prompt and as PMI's unconditional
-    term)."""
-    return {name: model.gate.lam(question_rows(model, tokenizer, items, prompt_fn).features).mean().item()
+def openness(model: MemoryAugmentedLM, tokenizer, groups: dict[str, list[dict]], prompt_fn) -> dict[str, dict]:
+    """Where ``model``'s gate (at its offset and floor) opens, over the rows of each group of items: where it
+    should (the answers of questions) and where it should stay closed (the negatives, in their prompt and as PMI's
+    unconditional term): ``{"mean": {group: mean λ_t}, "closed": {group: fraction of rows with λ_t = 0}}``."""
+    lams = {name: model.gate.lam(question_rows(model, tokenizer, items, prompt_fn).features)
             for name, items in groups.items() if items}
+    return {"mean": {k: v.mean().item() for k, v in lams.items()},
+            "closed": {k: (v == 0).double().mean().item() for k, v in lams.items()}}

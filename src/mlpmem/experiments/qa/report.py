@@ -88,7 +88,8 @@ def qa_table(results: dict, cfg: BootstrapConfig) -> str:
             if "lambda" in r:
                 lams.append(f"{name}: {r['lambda']}")
             elif "gate_offset" in r:
-                lams.append(f"{name}: gate offset {r['gate_offset']:g}")
+                floor = f", floor {r['gate_floor']:g}" if r.get("gate_floor") else ""
+                lams.append(f"{name}: gate offset {r['gate_offset']:g}{floor}")
         cells += [score_cell(*mean_f1(results, method, cfg)), ", ".join(lams) or "—"]
         per = [b["methods"].get(method) or {} for b in benches.values()]
         cells += [" / ".join(count(r.get("trainable_parameters")) for r in per),
@@ -118,10 +119,14 @@ def _openness_lines(benches: dict) -> list[str]:
     """Where the question gate opens, per benchmark: its mean λ_t at the chosen offset on each kind of row."""
     out = []
     for name, b in benches.items():
-        means = (b["methods"].get("memory-gate") or {}).get("gate_mean_lambda")
+        gated = b["methods"].get("memory-gate") or {}
+        means, closed = gated.get("gate_mean_lambda"), gated.get("gate_closed_fraction")
         if means:
             parts = ", ".join(f"{OPENNESS[k]} {v:.3f}" for k, v in means.items())
-            out.append(f"MLP Memory + gate on {name}, mean λ_t at its offset: {parts}.")
+            out.append(f"MLP Memory + gate on {name}, mean λ_t at its offset and floor: {parts}.")
+        if closed:
+            parts = ", ".join(f"{OPENNESS[k]} {100 * v:.0f} %" for k, v in closed.items())
+            out.append(f"MLP Memory + gate on {name}, positions where its floor closes the gate (λ_t = 0): {parts}.")
     return out
 
 
@@ -259,8 +264,12 @@ def _gate_words(run: dict) -> str:
         twice = (", each also as PMI's unconditional term (answer prefix alone)"
                  if run.get("gate_negatives_unconditional") else "")
         source += f" and {run['gate_negatives']} negatives ({where}{twice})"
-    rule = (" (the smallest within one standard error of the best F1)" if run.get("gate_offset_rule") == "one_se"
-            else "")
+    one_se = run.get("gate_offset_rule") == "one_se"
+    rule = " (the smallest within one standard error of the best F1)" if one_se else ""
+    floors = run.get("gate_floor_grid", [0.0])
+    if floors != [0.0]:
+        rule += (f", then the floor below which λ_t is exactly 0 from {floors}"
+                 + (" (the largest within one standard error of the best F1)" if one_se else ""))
     return (f"; the gate of MLP Memory + gate trained on {source}, its logit offset chosen on the validation "
             f"questions from {run.get('gate_offset_grid', [0.0])}{rule}")
 

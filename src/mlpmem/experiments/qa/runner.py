@@ -28,7 +28,7 @@ from mlpmem.experiments.qa.eval_qa import evaluate_questions, tune_lambda
 from mlpmem.experiments.qa.gate_negatives import gate_negatives
 from mlpmem.experiments.qa.no_regression import no_regression, no_regression_items
 from mlpmem.experiments.qa.per_item import PER_ITEM, qa_per_item
-from mlpmem.experiments.qa.question_gate import mean_lambda, question_gate
+from mlpmem.experiments.qa.question_gate import openness, question_gate
 from mlpmem.experiments.qa.synthetic import SyntheticConfig, chance_accuracy, generate
 from mlpmem.inference.gate_io import saved_for
 from mlpmem.inference.mixing import check_lambda
@@ -104,6 +104,8 @@ def method_settings(cfg: QASuiteConfig, bench: str, method: str, memory_sha256: 
         settings["gate_offset_grid"] = cfg.gate_offset_grid
         if cfg.gate_offset_rule != "best":  # files from before the option existed chose the best
             settings["gate_offset_rule"] = cfg.gate_offset_rule
+        if cfg.gate_floor_grid != [0.0]:  # files from before the option existed had no floor
+            settings["gate_floor_grid"] = cfg.gate_floor_grid
         if cfg.gate_training != "text":  # files from before the option existed are the text gate's
             settings["gate_training"] = cfg.gate_training
         if cfg.gate_negatives:
@@ -165,29 +167,45 @@ def ensure_gate(ctx: Context) -> dict:
 
 
 def _gate_tuned(ctx: Context, built: Built) -> dict:
-    """The gate's logit offset: the one of ``gate_offset_grid``, or the one of several chosen on the validation
-    questions (as λ is), then the test."""
-    grid, gate = ctx.cfg.gate_offset_grid, built.model.gate
-    make = lambda b: (gate.set_offset(b), built.model)[1]  # noqa: E731
-    offset, tuned = grid[0], {}
-    if len(grid) > 1:
-        offset, curve = tune_lambda(make, ctx.tokenizer, ctx.questions["validation"], grid, built.prompts,
-                                    ctx.cfg.generation, key="offset", rule=ctx.cfg.gate_offset_rule)
-        tuned = {"gate_offset_curve": curve}
-    out = {"gate_offset": offset, **tuned, **_evaluate_splits(ctx, make(offset), built.prompts)}
+    """The gate's logit offset and floor: each the one of its grid, or the one of several chosen on the validation
+    questions (as λ is; the offset first, then the floor at it), then the test."""
+    gate, tuned = built.model.gate, {}
+    offset = _gate_knob(ctx, built, ctx.cfg.gate_offset_grid, gate.set_offset, "offset", tuned)
+    gate.set_offset(offset)
+    floor = _gate_knob(ctx, built, ctx.cfg.gate_floor_grid, gate.set_floor, "floor", tuned)
+    gate.set_floor(floor)
+    out = {"gate_offset": offset, "gate_floor": floor, **tuned, **_evaluate_splits(ctx, built.model, built.prompts)}
     if ctx.cfg.gate_training == "questions":
-        out["gate_mean_lambda"] = _openness(ctx, built)
+        opened = _openness(ctx, built)
+        out["gate_mean_lambda"] = opened["mean"]
+        if floor:
+            out["gate_closed_fraction"] = opened["closed"]
     return out
 
 
-def _openness(ctx: Context, built: Built) -> dict[str, float]:
-    """The question gate's mean λ_t at its chosen offset on the answers of the validation questions and on its
-    negatives, in their prompts and (BIG-bench negatives) as PMI's unconditional terms."""
+def _gate_knob(ctx: Context, built: Built, grid: list[float], setter, key: str, tuned: dict) -> float:
+    """One value of a gate's ``grid`` (``setter`` sets it): the only one, or the one chosen on the validation
+    questions by ``gate_offset_rule``, preferring the more closed gate (smaller offset, larger floor); its curve
+    goes to ``tuned["gate_<key>_curve"]``."""
+    if len(grid) == 1:
+        return grid[0]
+    make = lambda value: (setter(value), built.model)[1]  # noqa: E731
+    prefer = "smaller" if key == "offset" else "larger"
+    value, tuned[f"gate_{key}_curve"] = tune_lambda(make, ctx.tokenizer, ctx.questions["validation"], grid,
+                                                    built.prompts, ctx.cfg.generation, key=key,
+                                                    rule=ctx.cfg.gate_offset_rule, prefer=prefer)
+    return value
+
+
+def _openness(ctx: Context, built: Built) -> dict[str, dict]:
+    """Where the question gate opens at its chosen offset and floor (:func:`openness`) on the answers of the
+    validation questions and on its negatives, in their prompts and (BIG-bench negatives) as PMI's unconditional
+    terms."""
     twins = bool(ctx.cfg.gate_negative_tasks)  # PMI's unconditional terms, whether the gate trained on them or not
     negatives = gate_negatives(replace(ctx.cfg, gate_negatives_unconditional=twins))
     groups = {"questions": ctx.questions["validation"], "negatives": [q for q in negatives if not q.get("after_bos")],
               "unconditional": [q for q in negatives if q.get("after_bos")]}
-    return mean_lambda(built.model, ctx.tokenizer, groups, built.prompts)
+    return openness(built.model, ctx.tokenizer, groups, built.prompts)
 
 
 def _train_on_questions(ctx: Context, built: Built) -> dict:
