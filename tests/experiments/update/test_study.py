@@ -75,6 +75,12 @@ def test_a_tiny_study_writes_its_table(tmp_path, tiny_backbone_dir, capsys):
     assert held["delta"] == pytest.approx(forgotten["value"] - forgotten["held_out"], abs=0.01)
     assert held["ci95"][0] <= held["delta"] <= held["ci95"][1] and forgotten["vs_unseen"]["n"] >= 1
     assert "forgotten entities after forget − the held-out entities" in (out / "report.md").read_text()
+    doc = forgotten["document_form"]  # the same entities asked in their documents' words, before and after
+    scores = results["details"]["scores"]
+    assert doc["after"] == scores["forgotten"]["forgotten_document"]["choice"]
+    assert doc["before"] == scores["updated"]["forgotten_document"]["choice"]
+    assert doc["held_out"] == scores["forgotten"]["held_out_document"]["choice"] and doc["vs_held_out"]["n"] >= 1
+    assert "asked in the words of their own documents" in (out / "report.md").read_text()
     explain = results["explain_top_document_is_own"]
     assert explain["asked"] <= 4 and (explain["asked"] == 0 or 0 <= explain["neighbour_rate"] <= 1)
     assert results["cost_update_vs_retrain"]["update_s"] > 0 and results["cost_update_vs_retrain"]["retrain_s"] > 0
@@ -163,3 +169,24 @@ def test_a_sweep_needs_a_finished_study_with_the_same_data(tmp_path):
         finished_study(dataclasses.replace(base, from_study=str(source)))
     with pytest.raises(ConfigError, match="update_variants only"):
         finished_study(dataclasses.replace(base, from_study=str(source), update_variants={}))
+
+
+def test_questions_in_document_form_stop_before_the_answer_in_the_entitys_own_document():
+    from mlpmem.experiments.qa.synthetic import SyntheticConfig, document, generate
+    from mlpmem.experiments.update.groups import in_document_form
+
+    bench = generate(SyntheticConfig(num_entities=12, held_out_fraction=0.25, paraphrases=2, seed=0))
+    questions = bench.questions["test"] + bench.questions["held_out"]
+    asked = in_document_form(bench, questions)
+    assert 0 < len(asked) <= len(questions)
+    by_id = {e.id: e for e in bench.entities}
+    for q in asked:
+        own = [d for d in bench.documents["train"] if d["id"].startswith(q["entity"] + ":")]
+        if q["entity"] in bench.held_out:
+            assert not own and (q["prompt"] + " " + q["answers"][0]) in document(by_id[q["entity"]], 0)
+        else:
+            first = min(own, key=lambda d: int(d["id"].rsplit(":t", 1)[1]))
+            assert first["text"].startswith(q["prompt"] + " " + q["answers"][0])
+        assert q["answers"][0] not in q["prompt"]  # the first mention of the answer: cut before it
+        original = next(x for x in questions if x["id"] == q["id"])
+        assert {k: v for k, v in q.items() if k != "prompt"} == original  # same id, attribute, answers: same choices

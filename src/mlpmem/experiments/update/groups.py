@@ -6,7 +6,13 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from mlpmem.experiments.qa.synthetic import document
 from mlpmem.utils.io import write_jsonl
+
+DOCUMENT = "_document"
+"""Suffix of a group's name when its questions are asked in the words of a document (:func:`in_document_form`)."""
+DOCUMENT_FORM = ("forgotten", "held_out")
+"""The groups the study also asks in document form: is a forgotten fact gone from the documents' own positions?"""
 
 
 def entity_groups(bench, cfg) -> dict[str, list[str]]:
@@ -31,6 +37,30 @@ def write_corpus(bench, entities: set[str], folder: Path) -> Path:
     for split in ("train", "validation", "test"):
         write_jsonl(folder / f"{split}.jsonl", [d for d in bench.documents[split] if entity_of(d) in entities])
     return folder
+
+
+def in_document_form(bench, questions: list[dict]) -> list[dict]:
+    """``questions`` asked in the words of a document instead: each one's ``prompt`` is the text of the entity's
+    first training document (a held-out entity's: the first template, which no document of it uses) cut before the
+    answer, so that its answer position is one the memory trained on (held out: one it could have). Same ids,
+    attributes and answers, so the same choices; a question whose answer the document does not hold is left out."""
+    first = {}
+    for doc in bench.documents["train"]:
+        entity = entity_of(doc)
+        if entity not in first or _template(doc) < _template(first[entity]):
+            first[entity] = doc
+    by_id = {e.id: e for e in bench.entities}
+    out = []
+    for q in questions:
+        text = first[q["entity"]]["text"] if q["entity"] in first else document(by_id[q["entity"]], 0)
+        cut = text.find(" " + q["answers"][0])
+        if cut > 0:
+            out.append({**q, "prompt": text[:cut]})
+    return out
+
+
+def _template(doc: dict) -> int:
+    return int(doc["id"].rsplit(":t", 1)[1])
 
 
 def questions_of(bench, entities: list[str], cap: int) -> list[dict]:

@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 from mlpmem.evaluation.stats import paired_difference, unpaired_difference, verdict
+from mlpmem.experiments.update.groups import DOCUMENT
 from mlpmem.experiments.update.seeds import recipe_means, retrained_spread
 from mlpmem.experiments.update.variants import step as variant_step
 from mlpmem.reporting.tables import DASH, markdown_table
@@ -79,7 +80,7 @@ def table_rows(scores: dict, timings: dict, explained: dict, cfg) -> dict:
             vs_held_out=_paired(scores, ("forgotten", "held_out"), ("forgotten", "forgotten"), paired=False),
             vs_unseen=_paired(scores, ("before", "arriving"), ("forgotten", "forgotten"), paired=False),
             em=_em(scores, {"before": ("updated", "forgotten"), "after": ("forgotten", "forgotten"),
-                            "held_out": ("forgotten", "held_out")})),
+                            "held_out": ("forgotten", "held_out")}), document_form=_document_form(scores)),
         "qa_kept_after_forget": _row(
             "QA on the other entities after forget, vs before", kept, ">= 0.95", kept is not None and kept >= 0.95,
             before=s("updated", "kept"), after=s("forgotten", "kept"),
@@ -90,6 +91,17 @@ def table_rows(scores: dict, timings: dict, explained: dict, cfg) -> dict:
             "answered questions", rate, ">= 0.90", rate is not None and rate >= 0.90, own=explained["own"],
             asked=explained["asked"], neighbour_rate=explained.get("neighbour_rate")),
     }
+
+
+def _document_form(scores: dict) -> dict | None:
+    """The forgotten entities asked in the words of their own documents (the positions the forget teaches) before
+    and after the forget, against the held-out entities asked the same way; None when the study did not ask."""
+    forgotten, held = f"forgotten{DOCUMENT}", f"held_out{DOCUMENT}"
+    if forgotten not in scores["forgotten"]:
+        return None
+    return {"before": scores["updated"][forgotten]["choice"], "after": scores["forgotten"][forgotten]["choice"],
+            "held_out": scores["forgotten"][held]["choice"],
+            "vs_held_out": _paired(scores, ("forgotten", held), ("forgotten", forgotten), paired=False)}
 
 
 def variant_rows(scores: dict, timings: dict, variants: dict) -> dict:
@@ -235,6 +247,13 @@ def _notes(results: dict) -> str:
             lines.append(f"- forgotten entities after forget − {base}: {d['delta']:+.1f} points, 95 % interval "
                          f"[{d['ci95'][0]:+.1f}, {d['ci95'][1]:+.1f}] (two groups of questions resampled apart; "
                          f"base: {base}): {d['verdict']}.")
+    doc = forgotten.get("document_form")
+    if doc and doc["vs_held_out"]:
+        d = doc["vs_held_out"]
+        lines.append(f"- asked in the words of their own documents (the positions the forget teaches), the forgotten "
+                     f"entities read {doc['before']:.1f} % before the forget and {doc['after']:.1f} % after, the "
+                     f"held-out entities {doc['held_out']:.1f} %: {d['delta']:+.1f} points, 95 % interval "
+                     f"[{d['ci95'][0]:+.1f}, {d['ci95'][1]:+.1f}]: {d['verdict']}.")
     row = results["explain_top_document_is_own"]
     if row.get("neighbour_rate") is not None:
         lines.append(f"- explain: the document best supported by the answer position's own neighbours (without the "

@@ -37,13 +37,14 @@ class Scorer:
         for q in questions:
             options = self.choices(q)
             spans.append(len(options))
-            pairs += [(qa_prompt(q["question"]), " " + option) for option in options]
+            prompt = q.get("prompt") or qa_prompt(q["question"])  # a question, or its own prompt (document form)
+            pairs += [(prompt, " " + option) for option in options]
         scores, correct, at = continuation_logprobs(mixed, self.tokenizer, pairs, share_context=True), [], 0
         for n in spans:
             correct.append(max(range(n), key=lambda i, s=scores[at : at + n]: s[i]) == 0)
             at += n
         out = {"choice": 100 * sum(correct) / max(1, len(correct)), "n": len(questions), "correct": correct}
-        if self.cfg.em:
+        if self.cfg.em and not any("prompt" in q for q in questions):  # EM asks questions, not documents
             gen = GenerationConfig(max_new_tokens=self.cfg.max_new_tokens, batch_size=16)
             shots = self.cfg.shots
             out["em"] = evaluate_questions(mixed, self.tokenizer, questions,

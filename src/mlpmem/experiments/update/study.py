@@ -11,6 +11,10 @@ held-out entities that appear in no document (the chance level). The study
    answer's first token one of the entity's own biographies?
 5. forgets the chosen entities' documents (``mlpmem forget``) and scores again.
 
+The forgotten and held-out entities are also asked in the words of a document (``<group>_document``,
+:func:`~mlpmem.experiments.update.groups.in_document_form`): the positions the forget teaches, beside the questions,
+which no document position holds.
+
 With ``update_variants`` other update recipes run on copies of the first run before step 2, and the report compares
 each with the study's own update against the same retrained memory (:mod:`mlpmem.experiments.update.variants`).
 The first run is kept as it was before any update (``runs/first``), so that a later study with ``from_study`` can
@@ -34,7 +38,15 @@ from pathlib import Path
 from mlpmem.config import Config, apply_override, from_dict, read_yaml
 from mlpmem.errors import ConfigError, MlpmemError
 from mlpmem.experiments.qa.synthetic import SyntheticConfig, generate
-from mlpmem.experiments.update.groups import entity_groups, entity_of, questions_of, write_corpus
+from mlpmem.experiments.update.groups import (
+    DOCUMENT,
+    DOCUMENT_FORM,
+    entity_groups,
+    entity_of,
+    in_document_form,
+    questions_of,
+    write_corpus,
+)
 from mlpmem.experiments.update.report import seed_details, table_rows, variant_rows, without_answers, write_report
 from mlpmem.experiments.update.scoring import Scorer, own_document_rate
 from mlpmem.experiments.update.seeds import check_seeds, expand, retrain_at_seeds, retrained_step
@@ -150,6 +162,8 @@ class Study:
         self.bench = generate(SyntheticConfig(**cfg.synthetic))
         self.groups = entity_groups(self.bench, cfg)
         self.questions = {g: questions_of(self.bench, ids, cfg.questions) for g, ids in self.groups.items()}
+        for g in DOCUMENT_FORM:  # where the forget teaches: the answer positions of the documents themselves
+            self.questions[f"{g}{DOCUMENT}"] = in_document_form(self.bench, self.questions[g])
         self._backbone = None
         self.source, self.earlier = finished_study(cfg) if cfg.from_study is not None else (None, None)
 
@@ -231,10 +245,12 @@ def run_study(cfg: UpdateStudyConfig, out: Path, progress: bool = True) -> dict:
     base, corpus, timings = study.first_run()
     scorer = study.scorer(base.backbone)
     maintenance = load_maintenance_config(overrides=cfg.maintenance)
-    scores = {"before": {g: scorer.score(base, qs[g]) for g in ("old", "arriving", "forgotten", "held_out")}}
+    both = ("forgotten", "held_out", *(f"{g}{DOCUMENT}" for g in DOCUMENT_FORM))
+    scores = {"before": {g: scorer.score(base, qs[g]) for g in ("old", "arriving", *both)}}
     variants = study.variants(base.dir, corpus, scorer, scores)
     timings["update_s"] = study.update(base, maintenance)
-    scores["updated"] = {g: scorer.score(base, qs[g]) for g in ("old", "arriving", "kept", "forgotten")}
+    scores["updated"] = {g: scorer.score(base, qs[g]) for g in ("old", "arriving", "kept", "forgotten",
+                                                                f"forgotten{DOCUMENT}")}
     scratch = study.retrained(timings)
     scores["retrained"] = {g: scorer.score(scratch, qs[g]) for g in ("old", "arriving")}
     study.retrained_again(scratch, scorer, scores, timings)
@@ -245,7 +261,7 @@ def run_study(cfg: UpdateStudyConfig, out: Path, progress: bool = True) -> dict:
     t0 = time.perf_counter()
     forget_run(base, names, maintenance)
     timings["forget_s"] = time.perf_counter() - t0
-    scores["forgotten"] = {g: scorer.score(base, qs[g]) for g in ("forgotten", "kept", "held_out")}
+    scores["forgotten"] = {g: scorer.score(base, qs[g]) for g in ("kept", *both)}
     rows = variant_rows(scores, timings, variants)
     results = {**table_rows(scores, timings, explained, cfg),
                "details": {"config": cfg.to_dict(), "groups": {g: len(v) for g, v in groups.items()},
