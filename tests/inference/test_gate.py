@@ -128,7 +128,12 @@ def test_a_floor_closes_the_gate_exactly_below_it_and_is_not_saved():
         assert torch.equal(floored[~closed], open_logits[~closed])
         torch.testing.assert_close(torch.logsumexp(floored, -1), torch.zeros(ids.shape), rtol=0, atol=1e-5)
         assert torch.equal(gated(input_ids=ids, attention_mask=mask).logits, floored)  # idempotent
-        gate.set_floor(0.0)
+        gate.set_offset(2.0)  # the floor reads the gate before its offset: the same positions stay closed
+        gated(input_ids=ids, attention_mask=mask)
+        shifted = gated.last_lambda
+        assert bool((shifted[closed] == 0).all()) and bool((shifted[~closed] >= lam_t[~closed]).all())
+        assert bool((shifted[~closed] > lam_t[~closed]).any())  # opened further (some saturate at 1 in float64)
+        gate.set_offset(0.0).set_floor(0.0)
         assert torch.equal(gated(input_ids=ids, attention_mask=mask).logits, open_logits)
     assert "floor" not in gate.state_dict()
     for bad in (1.0, -0.1, "0.2", True):

@@ -25,8 +25,9 @@ log λ_t = logsigmoid(z) and log(1 - λ_t) = logsigmoid(-z) are rounded to fp32 
 :func:`~mlpmem.inference.augmented_lm.mix_logits` adds its scalars, so a constant gate (zero output
 weights, bias logit(c)) gives the fixed-λ = c mixture bit for bit whenever fp32 rounds the float64 logs of
 c and 1 - c as it rounds Python's (for practically every c). A sigmoid never reaches 0 or 1: λ_t is in (0, 1),
-unless a floor is set (:meth:`Gate.set_floor`): then a λ_t below the floor is exactly 0, and there the mixture is
-the backbone's distribution exactly (no log(1 - λ_t) lowers the tokens the memory does not predict).
+unless a floor is set (:meth:`Gate.set_floor`): then wherever the gate as trained (before its offset) gives a λ_t
+below the floor, λ_t is exactly 0 and the mixture is the backbone's distribution exactly (no log(1 - λ_t) lowers
+the tokens the memory does not predict). The floor says where the memory may speak, the offset how loudly.
 """
 
 from __future__ import annotations
@@ -118,7 +119,8 @@ class Gate(nn.Module):
         self.offset = 0.0
         """Added to every logit z; a use's calibration (e.g. chosen on a task's validation questions), not saved."""
         self.floor = 0.0
-        """λ_t below this is exactly 0 (the backbone alone there); a use's calibration like :attr:`offset`."""
+        """Where the gate before its offset gives λ_t below this, λ_t is exactly 0 (the backbone alone there); a
+        use's calibration like :attr:`offset`."""
         self.to(torch.float64)
 
     @property
@@ -149,17 +151,19 @@ class Gate(nn.Module):
         return self
 
     def set_floor(self, floor: float) -> Gate:
-        """Close the gate exactly (λ_t = 0) wherever λ_t < ``floor``, in [0, 1); 0: no floor."""
+        """Close the gate exactly (λ_t = 0) wherever its λ_t before the offset is below ``floor``, in [0, 1); 0: no
+        floor."""
         if not isinstance(floor, (int, float)) or isinstance(floor, bool) or not 0.0 <= floor < 1.0:
             raise ConfigError(f"a gate floor is a number in [0, 1), got {floor!r}")
         self.floor = float(floor)
         return self
 
     def closed(self, z: torch.Tensor) -> torch.Tensor | None:
-        """Where logits z (...,) fall below the floor (bool, same shape); None without a floor."""
+        """Where the gate's logits z (...,) (offset included, as :meth:`forward` gives them) were below the floor
+        before the offset (bool, same shape); None without a floor."""
         if not self.floor:
             return None
-        return z < math.log(self.floor) - math.log1p(-self.floor)
+        return z - self.offset < math.log(self.floor) - math.log1p(-self.floor)
 
     def forward(self, features: torch.Tensor, keys: torch.Tensor | None = None) -> torch.Tensor:
         """The gate's logit z (...,) float64 (:attr:`offset` added) for features (..., F) and, if it uses them,

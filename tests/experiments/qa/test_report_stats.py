@@ -236,8 +236,8 @@ def test_the_report_says_where_the_floor_closes_the_gate(tmp_path):
     write_report(results, tmp_path, "mlpmem qa report suite.yaml")
     report = (tmp_path / "report.md").read_text()
     assert "synthetic: gate offset 0, floor 0.2" in report
-    assert ("then the floor below which λ_t is exactly 0 from [0.0, 0.2] (the largest within one standard error of "
-            "the best F1)") in report
+    assert ("then the floor (λ_t exactly 0 where the gate before its offset is below it) from [0.0, 0.2] (the "
+            "largest within one standard error of the best F1)") in report
     assert ("MLP Memory + gate on synthetic, positions where its floor closes the gate (λ_t = 0): the validation "
             "questions' answers 10 %, the negatives in their prompts 95 %.") in report
 

@@ -319,7 +319,7 @@ def test_a_method_file_scored_under_other_settings_is_scored_again(tmp_path):
     assert "gate_offset_rule" not in method_settings(cfg, "synthetic", "memory-gate")
     # the floor grid: memory-gate alone; none ([0.0]) is recorded as before the option existed
     floors = QASuiteConfig(**{**suite, "gate_floor_grid": [0.0, 0.2]})
-    for method, changed in {"memory-gate": ["gate_floor_grid"], "memory": []}.items():
+    for method, changed in {"memory-gate": ["gate_floor_grid", "gate_floor_rule"], "memory": []}.items():
         assert changed_settings({"test": {}, "settings": method_settings(cfg, "synthetic", method)},
                                 method_settings(floors, "synthetic", method)) == changed, method
     assert "gate_floor_grid" not in method_settings(cfg, "synthetic", "memory-gate")

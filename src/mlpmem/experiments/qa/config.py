@@ -73,13 +73,16 @@ class QASuiteConfig(Config):
     """memory-gate: offsets added to the gate's logit, one chosen on the validation questions as λ is (the gate is
     trained on corpus text, whose positions are not questions); ``[0.0]``: the gate as trained."""
     gate_offset_rule: Literal["best", "one_se"] = "best"
-    """How the offset (then the floor) is chosen on the validation questions: ``best`` F1, or ``one_se``, the
-    smallest offset (largest floor) within one standard error of the best F1 (the most closed gate the questions
-    cannot tell from the best)."""
+    """How the offset is chosen on the validation questions: ``best`` F1, or ``one_se``, the smallest offset within
+    one standard error of the best F1 (the most closed gate the questions cannot tell from the best)."""
     gate_floor_grid: list[float] = field(default_factory=lambda: [0.0])
-    """memory-gate: floors below which λ_t is exactly 0 (the backbone alone there,
-    :meth:`~mlpmem.inference.gate.Gate.set_floor`), one chosen on the validation questions after the offset;
-    ``[0.0]``: no floor."""
+    """memory-gate: floors below which the gate's λ_t as trained (before the offset) makes it exactly 0 (the
+    backbone alone there, :meth:`~mlpmem.inference.gate.Gate.set_floor`), one chosen on the validation questions
+    after the offset; ``[0.0]``: no floor."""
+    gate_floor_rule: Literal["best", "one_se"] = "one_se"
+    """How the floor is chosen: ``best`` F1 (ties to the larger floor), or ``one_se``, the largest floor within
+    one standard error of the best F1 (the gate closed on the most positions the questions cannot tell from the
+    best)."""
     gate_training: Literal["text", "questions"] = "text"
     """What memory-gate's gate learns from: ``text``, the memory run's gate (``mlpmem gate``, the run's validation
     text); ``questions``, a gate of the same kind trained on the benchmark's validation questions and answers

@@ -264,12 +264,13 @@ def _gate_words(run: dict) -> str:
         twice = (", each also as PMI's unconditional term (answer prefix alone)"
                  if run.get("gate_negatives_unconditional") else "")
         source += f" and {run['gate_negatives']} negatives ({where}{twice})"
-    one_se = run.get("gate_offset_rule") == "one_se"
-    rule = " (the smallest within one standard error of the best F1)" if one_se else ""
+    rule = (" (the smallest within one standard error of the best F1)" if run.get("gate_offset_rule") == "one_se"
+            else "")
     floors = run.get("gate_floor_grid", [0.0])
     if floors != [0.0]:
-        rule += (f", then the floor below which λ_t is exactly 0 from {floors}"
-                 + (" (the largest within one standard error of the best F1)" if one_se else ""))
+        rule += (f", then the floor (λ_t exactly 0 where the gate before its offset is below it) from {floors}"
+                 + (" (the largest within one standard error of the best F1)"
+                    if run.get("gate_floor_rule", "one_se") == "one_se" else " (the best F1)"))
     return (f"; the gate of MLP Memory + gate trained on {source}, its logit offset chosen on the validation "
             f"questions from {run.get('gate_offset_grid', [0.0])}{rule}")
 

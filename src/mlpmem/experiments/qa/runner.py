@@ -106,6 +106,7 @@ def method_settings(cfg: QASuiteConfig, bench: str, method: str, memory_sha256: 
             settings["gate_offset_rule"] = cfg.gate_offset_rule
         if cfg.gate_floor_grid != [0.0]:  # files from before the option existed had no floor
             settings["gate_floor_grid"] = cfg.gate_floor_grid
+            settings["gate_floor_rule"] = cfg.gate_floor_rule
         if cfg.gate_training != "text":  # files from before the option existed are the text gate's
             settings["gate_training"] = cfg.gate_training
         if cfg.gate_negatives:
@@ -170,9 +171,10 @@ def _gate_tuned(ctx: Context, built: Built) -> dict:
     """The gate's logit offset and floor: each the one of its grid, or the one of several chosen on the validation
     questions (as λ is; the offset first, then the floor at it), then the test."""
     gate, tuned = built.model.gate, {}
-    offset = _gate_knob(ctx, built, ctx.cfg.gate_offset_grid, gate.set_offset, "offset", tuned)
+    offset = _gate_knob(ctx, built, ctx.cfg.gate_offset_grid, gate.set_offset, "offset", ctx.cfg.gate_offset_rule,
+                        tuned)
     gate.set_offset(offset)
-    floor = _gate_knob(ctx, built, ctx.cfg.gate_floor_grid, gate.set_floor, "floor", tuned)
+    floor = _gate_knob(ctx, built, ctx.cfg.gate_floor_grid, gate.set_floor, "floor", ctx.cfg.gate_floor_rule, tuned)
     gate.set_floor(floor)
     out = {"gate_offset": offset, "gate_floor": floor, **tuned, **_evaluate_splits(ctx, built.model, built.prompts)}
     if ctx.cfg.gate_training == "questions":
@@ -183,17 +185,17 @@ def _gate_tuned(ctx: Context, built: Built) -> dict:
     return out
 
 
-def _gate_knob(ctx: Context, built: Built, grid: list[float], setter, key: str, tuned: dict) -> float:
+def _gate_knob(ctx: Context, built: Built, grid: list[float], setter, key: str, rule: str, tuned: dict) -> float:
     """One value of a gate's ``grid`` (``setter`` sets it): the only one, or the one chosen on the validation
-    questions by ``gate_offset_rule``, preferring the more closed gate (smaller offset, larger floor); its curve
-    goes to ``tuned["gate_<key>_curve"]``."""
+    questions by ``rule``, preferring the more closed gate (smaller offset, larger floor); its curve goes to
+    ``tuned["gate_<key>_curve"]``."""
     if len(grid) == 1:
         return grid[0]
     make = lambda value: (setter(value), built.model)[1]  # noqa: E731
     prefer = "smaller" if key == "offset" else "larger"
     value, tuned[f"gate_{key}_curve"] = tune_lambda(make, ctx.tokenizer, ctx.questions["validation"], grid,
                                                     built.prompts, ctx.cfg.generation, key=key,
-                                                    rule=ctx.cfg.gate_offset_rule, prefer=prefer)
+                                                    rule=rule, prefer=prefer)
     return value
 
 
