@@ -17,6 +17,7 @@ from mlpmem.maintenance.config import MaintenanceConfig, load_maintenance_config
 from mlpmem.maintenance.explain import explain_run, format_text
 from mlpmem.maintenance.explain_html import write_html
 from mlpmem.maintenance.forget import forget_run
+from mlpmem.maintenance.probes import read_probes
 from mlpmem.maintenance.update import update_run
 from mlpmem.pipeline.config import PipelineConfig
 from mlpmem.pipeline.run import Run
@@ -55,13 +56,15 @@ def update(args: argparse.Namespace) -> None:
 def forget(args: argparse.Namespace) -> None:
     run = open_run(args.run, args.backbone, args.quiet)
     wanted = [w for w in (args.docs or "").split(",") if w]
-    summary = forget_run(run, wanted, _config(args), abort=args.abort)
+    probes = read_probes(args.probes) if args.probes else None
+    summary = forget_run(run, wanted, _config(args), abort=args.abort, probes=probes)
     if args.abort:
         print("discarded the unfinished operation" if summary["discarded"] else "nothing to discard")
         return
     print(f"forgot {summary['forgotten']} document(s) ({summary['rows_removed']} positions, "
           f"{summary['teacher_shards_refreshed']} teacher shard(s) recomputed) in {summary['seconds']:.1f} s; "
-          f"fine-tuned {summary['tune_steps']} steps on {summary['tune_rows']} rows")
+          f"fine-tuned {summary['tune_steps']} steps on {summary['tune_rows']} rows"
+          + (f" ({summary['probes']} probe prompt(s))" if summary.get("probes") else ""))
 
 
 def explain(args: argparse.Namespace) -> None:

@@ -134,7 +134,9 @@ PIPELINE = [
                 ABORT)),
     Command("forget", "", "mlpmem.cli.maintenance:forget",
             "remove documents from a finished run and from its memory", _maintenance(
-                Arg("--docs", metavar="IDS", help="comma-separated document ids or names"), ABORT)),
+                Arg("--docs", metavar="IDS", help="comma-separated document ids or names"),
+                Arg("--probes", metavar="FILE", help="prompts where the forgotten knowledge must not surface either "
+                    "(.jsonl of {'text'} or one prompt a line): taught the backbone's distribution too"), ABORT)),
     Command("explain", "", "mlpmem.cli.maintenance:explain",
             "the training documents behind each prediction of a run's memory", _maintenance(
                 Arg("--prompt", required=True, help="the text to explain"),

@@ -11,6 +11,8 @@
    distribution, or the kNN distribution of the datastore without them), with no cross-entropy on their tokens,
    mixed with a replay sample of the remaining positions under their own targets at the run's α
    (:func:`mlpmem.maintenance.targets.fold_label`, the loop at α = 1).
+   With probes (:mod:`mlpmem.maintenance.probes`), every position of those prompts is taught the backbone's
+   distribution too.
 4. The added documents' kept texts lose the forgotten ones; everything is committed at once.
 """
 
@@ -36,6 +38,7 @@ from mlpmem.maintenance.operation import (
     shard_moves,
     unreferenced,
 )
+from mlpmem.maintenance.probes import probe_rows, probes_digest
 from mlpmem.maintenance.shards import Shard, ShardView, allocate, save_shard, staged_paths, used_numbers, with_shards
 from mlpmem.maintenance.targets import (
     backbone_rows,
@@ -52,8 +55,10 @@ from mlpmem.utils.shards import atomic_write_bytes
 COMMAND = "mlpmem forget RUN"
 
 
-def forget_run(run: Run, wanted: list[str], cfg: MaintenanceConfig, abort: bool = False) -> dict:
-    """Remove the documents ``wanted`` (ids or names) from ``run`` (see the module docstring); a summary."""
+def forget_run(run: Run, wanted: list[str], cfg: MaintenanceConfig, abort: bool = False,
+               probes: list[str] | None = None) -> dict:
+    """Remove the documents ``wanted`` (ids or names) from ``run`` (see the module docstring), teaching the
+    backbone's distribution on the ``probes`` prompts too; a summary."""
     set_threads()
     with run.locked():
         op = open_operation(run)
@@ -68,8 +73,10 @@ def forget_run(run: Run, wanted: list[str], cfg: MaintenanceConfig, abort: bool 
         ids = [held.documents[j]["id"] for j in drop]
         plan = {"kind": "forget", "seq": seq, "datastore": op.ledger["datastore"], "documents": drop,
                 "config": cfg.forget.to_dict(), "seed": cfg.seed}
+        if probes:
+            plan["probes"] = probes_digest(probes)
         resumed = op.pending.start(plan, COMMAND)
-        summary = _forget(op, held, drop, cfg, seq, f"forget-{seq}-{ids[0]}")
+        summary = _forget(op, held, drop, cfg, seq, f"forget-{seq}-{ids[0]}", probes or [])
         entry = operation("forget", seq, ids, summary["counts"], time.perf_counter() - t0, summary["memory_sha"],
                           config=plan["config"])
         commit(op, summary["datastore"], summary["teacher"], summary["documents"], entry, summary["moves"],
@@ -78,7 +85,8 @@ def forget_run(run: Run, wanted: list[str], cfg: MaintenanceConfig, abort: bool 
             **summary["counts"]}
 
 
-def _forget(op: Operation, held: Holdings, drop: list[int], cfg: MaintenanceConfig, seq: int, plan_id: str) -> dict:
+def _forget(op: Operation, held: Holdings, drop: list[int], cfg: MaintenanceConfig, seq: int, plan_id: str,
+            probes: list[str]) -> dict:
     gone = _forgotten_rows(op, held, drop)
     old_ds, old_teacher = op.live_datastore(), op.live_teacher()
     used = used_numbers([op.store.path, op.teacher.path], [op.store.manifest, op.teacher.manifest])
@@ -96,13 +104,13 @@ def _forget(op: Operation, held: Holdings, drop: list[int], cfg: MaintenanceConf
         refreshed = reteach(op, index, view, affected, [next(numbers) for _ in affected], teacher, seq,
                             op.pending.path("refresh"))
     teacher = [refreshed.get(s, t) for s, t in enumerate(teacher)]
-    memory_sha, state = _tune(op, held, drop, gone, view, teacher, index, cfg, seq, plan_id)
+    memory_sha, state = _tune(op, held, drop, gone, view, teacher, index, cfg, seq, plan_id, probes)
     text_moves, text_deletes = _texts(op, held, drop)
     counts = {"documents": len(drop), "rows_removed": int(gone.sum()), "windows_removed": int(windows.sum()),
               "shards_removed": len(old_ds) - len(ds),
               "shards_rewritten": sum(1 for s in ds if s.paths != Shard.live(op.store.path, s.record).paths),
               "teacher_shards_refreshed": len(refreshed), "target": cfg.forget.target,
-              "tune_rows": state["rows"], "tune_steps": state["step"]}
+              "tune_rows": state["rows"], "tune_steps": state["step"], "probes": len(probes)}
     dropped = set(drop)
     documents = [d for j, d in enumerate(held.documents) if j not in dropped]
     return {"datastore": with_shards(op.store.manifest, [s.record for s in ds]),
@@ -194,13 +202,13 @@ def _tokens(op: Operation, held: Holdings, drop: list[int]) -> list[np.ndarray]:
 
 
 def _tune(op: Operation, held: Holdings, drop: list[int], gone: np.ndarray, view: ShardView, teacher: list[Shard],
-          index, cfg: MaintenanceConfig, seq: int, plan_id: str) -> tuple[str, dict]:
+          index, cfg: MaintenanceConfig, seq: int, plan_id: str, probes: list[str]) -> tuple[str, dict]:
     run, folder = op.run, op.pending.path("tune")
     memory = load_memory(run)
     rows = TuneSet.load(folder)
     if rows is None:
         head_ids = None if memory.vocab_ids is None else memory.vocab_ids.cpu().numpy()
-        rows = _tune_rows(op, held, drop, gone, view, teacher, index, cfg, seq, head_ids)
+        rows = _tune_rows(op, held, drop, gone, view, teacher, index, cfg, seq, head_ids, probes)
         rows.save(folder)
         rows = TuneSet.load(folder)
     state = tune(run, memory, rows, cfg.forget, 1.0, op.pending.path("train"), plan_id, cfg.seed)
@@ -208,17 +216,21 @@ def _tune(op: Operation, held: Holdings, drop: list[int], gone: np.ndarray, view
 
 
 def _tune_rows(op: Operation, held: Holdings, drop: list[int], gone: np.ndarray, view: ShardView,
-               teacher: list[Shard], index, cfg: MaintenanceConfig, seq: int, head_ids) -> TuneSet:
-    """Forgotten rows under their new targets (no cross-entropy) + a replay sample under their folded targets."""
+               teacher: list[Shard], index, cfg: MaintenanceConfig, seq: int, head_ids, probes: list[str]) -> TuneSet:
+    """Forgotten rows under their new targets (no cross-entropy), the probes' rows under the backbone's, and a
+    replay sample under their folded targets (``replay_ratio`` per forgotten or probe row)."""
     lost = np.flatnonzero(gone)
     keys, values = op.store.rows("keys")[lost], op.store.rows("values")[lost]
     forgotten = pure_label(_forgotten_targets(op, held, drop, keys, view, index, cfg.forget.target, head_ids))
-    replay, plan = replay_rows(np.arange(view.num_rows), len(lost), cfg.forget, cfg.seed * 1009 + seq)
+    changed = [TuneSet(keys, values, *forgotten)]
+    if probes:
+        changed.append(probe_rows(op.run, probes, op.pending.path("probe-keys"), head_ids, op.search.top_k))
+    count = sum(len(part) for part in changed)
+    replay, plan = replay_rows(np.arange(view.num_rows), count, cfg.forget, cfg.seed * 1009 + seq)
     targets = ShardView(teacher, 0, "teacher")
     kept_values = view.rows("values")[replay]
     kept = fold_label(teacher_rows_at(targets, replay), kept_values, op.run.cfg.train.alpha)
-    return TuneSet.concat([TuneSet(keys, values, *forgotten),
-                           TuneSet(view.rows("keys")[replay], kept_values, *kept)], plan)
+    return TuneSet.concat([*changed, TuneSet(view.rows("keys")[replay], kept_values, *kept)], plan)
 
 
 def _texts(op: Operation, held: Holdings, drop: list[int]):

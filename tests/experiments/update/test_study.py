@@ -53,7 +53,8 @@ def test_a_tiny_study_writes_its_table(tmp_path, tiny_backbone_dir, capsys):
     config.write_text(yaml.safe_dump({
         "pipeline": str(CONFIGS / "tiny.yaml"), "pipeline_set": [f"backbone.name={tiny_backbone_dir}"],
         "synthetic": {"num_entities": 16, "held_out_fraction": 0.25, "paraphrases": 1, "seed": 0},
-        "arriving_fraction": 0.25, "batches": 2, "forget_fraction": 0.2, "questions": 8, "distractors": 3,
+        "arriving_fraction": 0.25, "batches": 2, "forget_fraction": 0.2, "forget_probes": True, "questions": 8,
+        "distractors": 3,
         "max_new_tokens": 3, "explain_questions": 4, "maintenance": ["update.epochs=1", "forget.epochs=1"],
         "update_variants": {"epochs-2": ["update.epochs=2"]}}))
     out = tmp_path / "study"
@@ -86,7 +87,9 @@ def test_a_tiny_study_writes_its_table(tmp_path, tiny_backbone_dir, capsys):
     assert results["cost_update_vs_retrain"]["update_s"] > 0 and results["cost_update_vs_retrain"]["retrain_s"] > 0
     ops = json.loads((out / "runs" / "updated" / "maintenance" / "manifest.json").read_text())["operations"]
     assert [op["kind"] for op in ops] == ["update", "update", "forget"]
+    assert ops[-1]["counts"]["probes"] == 4 * results["details"]["groups"]["forgotten"]  # four attributes each
     report = (out / "report.md").read_text()
+    assert "The forget was given probes" in report
     assert report.startswith("# Updating and forgetting a memory") and "| measure | value | target | met |" in report
     # the variant: its own copy of the first run, updated once (two batches), compared with the same retrained memory
     variant = results["details"]["variants"]["epochs-2"]
@@ -190,3 +193,17 @@ def test_questions_in_document_form_stop_before_the_answer_in_the_entitys_own_do
         assert q["answers"][0] not in q["prompt"]  # the first mention of the answer: cut before it
         original = next(x for x in questions if x["id"] == q["id"])
         assert {k: v for k, v in q.items() if k != "prompt"} == original  # same id, attribute, answers: same choices
+
+
+def test_probes_ask_every_attribute_in_a_wording_no_scored_question_uses():
+    from mlpmem.experiments.qa.synthetic import QUESTION_TEMPLATES, SyntheticConfig, generate
+    from mlpmem.experiments.update.groups import PROBE_WORDINGS, probes_of
+    from mlpmem.inference.prompts import qa_prompt
+
+    bench = generate(SyntheticConfig(num_entities=8, seed=0))
+    probes = probes_of(bench, bench.trained[:2])
+    assert len(probes) == 2 * 4 and set(PROBE_WORDINGS) == set(QUESTION_TEMPLATES)
+    scored = {qa_prompt(q["question"]) for split in bench.questions.values() for q in split}
+    assert not scored & set(probes)
+    name = next(e.name for e in bench.entities if e.id == bench.trained[0])
+    assert all(name in p for p in probes[:4]) and probes[0] == qa_prompt(f"Where was {name} born?")

@@ -7,6 +7,7 @@ import random
 from pathlib import Path
 
 from mlpmem.experiments.qa.synthetic import document
+from mlpmem.inference.prompts import qa_prompt
 from mlpmem.utils.io import write_jsonl
 
 DOCUMENT = "_document"
@@ -57,6 +58,23 @@ def in_document_form(bench, questions: list[dict]) -> list[dict]:
         if cut > 0:
             out.append({**q, "prompt": text[:cut]})
     return out
+
+
+PROBE_WORDINGS = {
+    "birth_city": "Where was {name} born?",
+    "birth_year": "When was {name} born?",
+    "employer": "Where does {name} work?",
+    "field": "What field does {name} work in?",
+}
+"""A forget's probes: one question per attribute in a wording none of the benchmark's questions uses
+(:data:`~mlpmem.experiments.qa.synthetic.QUESTION_TEMPLATES`), so the scored questions stay unseen."""
+
+
+def probes_of(bench, entities: list[str]) -> list[str]:
+    """Probe prompts of a forget of ``entities``: each attribute asked in :data:`PROBE_WORDINGS`, in the prompt
+    format the study scores in (:func:`~mlpmem.inference.prompts.qa_prompt`)."""
+    by_id = {e.id: e for e in bench.entities}
+    return [qa_prompt(wording.format(name=by_id[e].name)) for e in entities for wording in PROBE_WORDINGS.values()]
 
 
 def _template(doc: dict) -> int:

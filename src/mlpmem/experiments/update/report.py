@@ -277,7 +277,7 @@ def write_report(out: Path, results: dict) -> None:
             f"Written by `mlpmem update-study`. Entities per group: {details['groups']}. QA: multiple choice among "
             f"{1 + cfg['distractors']} values (chance {100 / (1 + cfg['distractors']):.1f} %), memory mixed at "
             f"λ = {cfg['lam']}" + (f"; EM of generated answers after {cfg['shots']} demonstrations beside it"
-                                   if cfg["em"] else "") + ".\n\n"
+                                   if cfg["em"] else "") + "." + _probes(cfg) + "\n\n"
             f"{table}\n\n{notes}{_variant_table(results)}{_seed_section(details)}"
             "## QA per group and step (multiple choice % / EM %)\n\n"
             f"{_score_table(details['scores'])}\n\n"
@@ -288,6 +288,15 @@ def write_report(out: Path, results: dict) -> None:
             "not recorded). The update covers the new documents' keys, their teacher rows and the fine-tuning.\n"
             + _reused(details))
     (out / "report.md").write_text(text)
+
+
+def _probes(cfg: dict) -> str:
+    """What the forget was given besides the documents, or nothing."""
+    if not cfg.get("forget_probes"):
+        return ""
+    return (" The forget was given probes: each forgotten entity's four attributes asked in the scored prompt "
+            "format, in a wording no scored question uses (`PROBE_WORDINGS`), taught the backbone's distribution "
+            "at every position (`mlpmem forget --probes`).")
 
 
 def _reused(details: dict) -> str:

@@ -44,6 +44,7 @@ from mlpmem.experiments.update.groups import (
     entity_groups,
     entity_of,
     in_document_form,
+    probes_of,
     questions_of,
     write_corpus,
 )
@@ -78,6 +79,9 @@ class UpdateStudyConfig(Config):
     """Updates the arriving entities are split into."""
     forget_fraction: float = 0.15
     """Share of the first run's entities whose documents are forgotten at the end."""
+    forget_probes: bool = False
+    """Give the forget probes (:mod:`mlpmem.maintenance.probes`): each forgotten entity's attributes asked in the
+    scored prompt format but in a wording no scored question uses (:func:`.groups.probes_of`)."""
     questions: int = 80
     """Questions scored per group at most (four per entity)."""
     distractors: int = 7
@@ -258,8 +262,9 @@ def run_study(cfg: UpdateStudyConfig, out: Path, progress: bool = True) -> dict:
     explained = own_document_rate(base, asked, {"correct": scores["updated"]["arriving"]["correct"] +
                                                  scores["updated"]["old"]["correct"]}, cfg.explain_questions)
     names = [d["id"] for d in study.bench.documents["train"] if entity_of(d) in set(groups["forgotten"])]
+    probes = probes_of(study.bench, groups["forgotten"]) if cfg.forget_probes else None
     t0 = time.perf_counter()
-    forget_run(base, names, maintenance)
+    forget_run(base, names, maintenance, probes=probes)
     timings["forget_s"] = time.perf_counter() - t0
     scores["forgotten"] = {g: scorer.score(base, qs[g]) for g in ("kept", *both)}
     rows = variant_rows(scores, timings, variants)
