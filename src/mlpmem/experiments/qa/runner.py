@@ -171,10 +171,11 @@ def _gate_tuned(ctx: Context, built: Built) -> dict:
     """The gate's logit offset and floor: each the one of its grid, or the one of several chosen on the validation
     questions (as λ is; the offset first, then the floor at it), then the test."""
     gate, tuned = built.model.gate, {}
-    offset = _gate_knob(ctx, built, ctx.cfg.gate_offset_grid, gate.set_offset, "offset", ctx.cfg.gate_offset_rule,
+    cfg = ctx.cfg  # each knob prefers the more closed gate: the smaller offset, the larger floor
+    offset = _gate_knob(ctx, built, cfg.gate_offset_grid, gate.set_offset, "offset", cfg.gate_offset_rule, "smaller",
                         tuned)
     gate.set_offset(offset)
-    floor = _gate_knob(ctx, built, ctx.cfg.gate_floor_grid, gate.set_floor, "floor", ctx.cfg.gate_floor_rule, tuned)
+    floor = _gate_knob(ctx, built, cfg.gate_floor_grid, gate.set_floor, "floor", cfg.gate_floor_rule, "larger", tuned)
     gate.set_floor(floor)
     out = {"gate_offset": offset, "gate_floor": floor, **tuned, **_evaluate_splits(ctx, built.model, built.prompts)}
     if ctx.cfg.gate_training == "questions":
@@ -185,14 +186,13 @@ def _gate_tuned(ctx: Context, built: Built) -> dict:
     return out
 
 
-def _gate_knob(ctx: Context, built: Built, grid: list[float], setter, key: str, rule: str, tuned: dict) -> float:
+def _gate_knob(ctx: Context, built: Built, grid: list[float], setter, key: str, rule: str, prefer: str,
+               tuned: dict) -> float:
     """One value of a gate's ``grid`` (``setter`` sets it): the only one, or the one chosen on the validation
-    questions by ``rule``, preferring the more closed gate (smaller offset, larger floor); its curve goes to
-    ``tuned["gate_<key>_curve"]``."""
+    questions by ``rule`` and ``prefer`` (:func:`tune_lambda`); its curve goes to ``tuned["gate_<key>_curve"]``."""
     if len(grid) == 1:
         return grid[0]
     make = lambda value: (setter(value), built.model)[1]  # noqa: E731
-    prefer = "smaller" if key == "offset" else "larger"
     value, tuned[f"gate_{key}_curve"] = tune_lambda(make, ctx.tokenizer, ctx.questions["validation"], grid,
                                                     built.prompts, ctx.cfg.generation, key=key,
                                                     rule=rule, prefer=prefer)
