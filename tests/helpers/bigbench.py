@@ -11,12 +11,14 @@ from pathlib import Path
 from mlpmem.experiments.qa.bigbench import task_member
 
 
-def write_archive(path: Path, tasks: dict[str, dict]) -> Path:
-    """Write ``tasks`` (name -> task JSON) into a ``.tar.gz`` laid out like ``bigbench-1.0.0.tar.gz``."""
+def write_archive(path: Path, tasks: dict[str, dict], top: str | None = None) -> Path:
+    """Write ``tasks`` (name -> task JSON) into a ``.tar.gz`` laid out like ``bigbench-1.0.0.tar.gz`` (or, with
+    ``top``, under that top folder instead, like an archive of the repository)."""
     with tarfile.open(path, "w:gz") as tar:
         for task, data in tasks.items():
             raw = json.dumps(data).encode()
-            info = tarfile.TarInfo(task_member(task))
+            member = task_member(task)
+            info = tarfile.TarInfo(member if top is None else f"{top}/{member.split('/', 1)[1]}")
             info.size = len(raw)
             tar.addfile(info, io.BytesIO(raw))
     return path

