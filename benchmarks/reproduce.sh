@@ -155,6 +155,10 @@ $M qa report configs/qa/gate-unconditional.yaml --set gate_offset_rule=one_se --
 $M qa report configs/qa/gate-unconditional.yaml --set gate_offset_rule=one_se \
   --set 'benchmarks.disfl_qa={pipeline: configs/qa-disfl_qa.yaml, options: {max_paragraphs: 100, heldout_paragraphs: 10}, tune_questions: 100, test_questions: 300}' \
   --set docs_dir=docs/results/qa-gate-one-se-disfl --no-ablations --no-battery
+# the gate's floor (λ_t exactly 0 where the gate before its offset is below it), chosen on the validation questions
+# (docs/results/qa-gate-floor)
+$M qa report configs/qa/gate-unconditional.yaml --set gate_offset_rule=one_se --set "gate_floor_grid=[0.0,0.1,0.2,0.3,0.5]" \
+  --set docs_dir=docs/results/qa-gate-floor --no-ablations
 # the default (corpus head) as the fourth size of the data-scaling series: its run folder linked in, reused
 [ -e runs/data-scaling/runs/train-all ] || cp -al runs/default-small-a04 runs/data-scaling/runs/train-all
 $M scale-data configs/default.yaml $OLD --train-tokens 40000,80000,120000,0 --out runs/data-scaling
@@ -238,6 +242,24 @@ $M update-study configs/maintenance/study-480.yaml --out runs/update-table-480-f
   --set "maintenance=[update.lr=0.001,update.replay_ratio=0.5,update.replay_draw=epoch,update.epochs=20,forget.replay_ratio=2,forget.replay_draw=epoch,forget.epochs=6,forget.lr=0.001]" \
   --set from_study=runs/update-study-480-replay3 --set from_study_table=true \
   --set docs_dir=docs/results/update-480-forget30-lr --quiet
+# the same, the forgotten positions taught the teacher without them: a whole study, the source of the two after it
+# (docs/results/update-480-forget30-teacher)
+$M update-study configs/maintenance/study-480.yaml --out runs/update-study-480-forget30-teacher --set forget_fraction=0.3 \
+  --set "update_seeds=[]" --set "retrain_seeds=[]" --set "update_variants={}" \
+  --set "maintenance=[update.lr=0.001,update.replay_ratio=0.5,update.replay_draw=epoch,update.epochs=20,forget.replay_ratio=2,forget.replay_draw=epoch,forget.epochs=6,forget.lr=0.001,forget.target=teacher]" \
+  --set docs_dir=docs/results/update-480-forget30-teacher --quiet
+# the forget at the memory's rate with probes in a wording no scored question uses, and without them; both also ask
+# the forgotten entities in their documents' words (docs/results/update-480-forget30-probes, -docform)
+$M update-study configs/maintenance/study-480.yaml --out runs/update-table-480-forget30-probes --set forget_fraction=0.3 \
+  --set forget_probes=true --set "update_seeds=[]" --set "retrain_seeds=[]" --set "update_variants={}" \
+  --set "maintenance=[update.lr=0.001,update.replay_ratio=0.5,update.replay_draw=epoch,update.epochs=20,forget.replay_ratio=2,forget.replay_draw=epoch,forget.epochs=6,forget.lr=0.001]" \
+  --set from_study=runs/update-study-480-forget30-teacher --set from_study_table=true \
+  --set docs_dir=docs/results/update-480-forget30-probes --quiet
+$M update-study configs/maintenance/study-480.yaml --out runs/update-table-480-forget30-docform --set forget_fraction=0.3 \
+  --set "update_seeds=[]" --set "retrain_seeds=[]" --set "update_variants={}" \
+  --set "maintenance=[update.lr=0.001,update.replay_ratio=0.5,update.replay_draw=epoch,update.epochs=20,forget.replay_ratio=2,forget.replay_draw=epoch,forget.epochs=6,forget.lr=0.001]" \
+  --set from_study=runs/update-study-480-forget30-teacher --set from_study_table=true \
+  --set docs_dir=docs/results/update-480-forget30-docform --quiet
 # lm-eval scoring on the 480-entity study's retrained run (after its evaluation): one backbone pass for backbone,
 # memory and kNN-LM (docs/results/lm-eval-one-pass), bf16 against fp32 (docs/results/lm-eval-precision); and the
 # study's multiple-choice scorer with shared contexts (docs/results/choice-scoring)
