@@ -155,10 +155,6 @@ $M qa report configs/qa/gate-unconditional.yaml --set gate_offset_rule=one_se --
 $M qa report configs/qa/gate-unconditional.yaml --set gate_offset_rule=one_se \
   --set 'benchmarks.disfl_qa={pipeline: configs/qa-disfl_qa.yaml, options: {max_paragraphs: 100, heldout_paragraphs: 10}, tune_questions: 100, test_questions: 300}' \
   --set docs_dir=docs/results/qa-gate-one-se-disfl --no-ablations --no-battery
-# the gate's floor (λ_t exactly 0 where the gate before its offset is below it), chosen on the validation questions
-# (docs/results/qa-gate-floor)
-$M qa report configs/qa/gate-unconditional.yaml --set gate_offset_rule=one_se --set "gate_floor_grid=[0.0,0.1,0.2,0.3,0.5]" \
-  --set docs_dir=docs/results/qa-gate-floor --no-ablations
 # the default (corpus head) as the fourth size of the data-scaling series: its run folder linked in, reused
 [ -e runs/data-scaling/runs/train-all ] || cp -al runs/default-small-a04 runs/data-scaling/runs/train-all
 $M scale-data configs/default.yaml $OLD --train-tokens 40000,80000,120000,0 --out runs/data-scaling
