@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlpmem.datastore import KeyStore
+from mlpmem.datastore import KeyStore, build_keystore
 from mlpmem.errors import MlpmemError
 from mlpmem.index import IndexConfig, build_index
 from mlpmem.maintenance.documents import Holdings
@@ -112,6 +112,17 @@ def open_operation(run: Run) -> Operation:
         raise MlpmemError(f"{ledger_path(layout)} lists {holdings(ledger).num_rows} positions but the datastore "
                           f"holds {store.num_rows}: it was changed outside mlpmem")
     return Operation(run, store, teacher, ledger, Pending(run.dir, layout.maintenance))
+
+
+def run_keys(run: Run, tokens: list[np.ndarray], folder: Path, desc: str) -> KeyStore:
+    """The keystore of token documents with the run's own key settings (backbone, layer, site, windows,
+    precision), built (or resumed) in ``folder``."""
+    cfg, (model, tokenizer) = run.cfg, run.backbone
+    build_keystore(model, tokenizer, tokens, folder, layer=cfg.backbone.layer, site=cfg.backbone.site,
+                   block_size=cfg.corpus.block_size, stride=cfg.corpus.stride, batch_size=cfg.datastore.batch_size,
+                   batches_per_shard=cfg.datastore.batches_per_shard, with_lm=False,
+                   precision=cfg.backbone.precision, pack=cfg.datastore.pack, progress=run.progress, desc=desc)
+    return KeyStore(folder)
 
 
 def reteach(op: Operation, index, view: ShardView, shards: list[int], numbers: list[int], current: list[Shard],

@@ -5,7 +5,7 @@ can still answer about them at positions no document holds, e.g. after a questio
 use. ``mlpmem forget RUN --docs IDS --probes FILE`` adds such prompts (a JSON lines file of ``{"text"}``, or plain
 text with one prompt per line): every position of each prompt, the position after its last token included, is
 taught the backbone's own distribution as well, like a forgotten position (no cross-entropy). The keys come from the
-run's own key extraction (:func:`~mlpmem.datastore.build_keystore`, the run's layer, site, windows and precision),
+run's own key extraction (:func:`~mlpmem.maintenance.operation.run_keys`: layer, site, windows and precision),
 so they are the keys the memory sees at inference; they join no datastore.
 """
 
@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from mlpmem.corpora.documents import Document, encode_documents
-from mlpmem.datastore import KeyStore, build_keystore
 from mlpmem.errors import CorpusError, MlpmemError
 from mlpmem.maintenance.finetune import TuneSet
+from mlpmem.maintenance.operation import run_keys
 from mlpmem.maintenance.targets import backbone_rows, pure_label, restrict_to_head
 from mlpmem.pipeline.run import Run
 
@@ -64,14 +64,9 @@ def probe_tokens(run: Run, probes: list[str]) -> list[np.ndarray]:
 def probe_rows(run: Run, probes: list[str], folder: Path, head_ids: np.ndarray | None, top_k: int) -> TuneSet:
     """Every position of the probes: its key (the run's extraction, built or resumed in ``folder``), its next token
     and the backbone's top-``top_k`` distribution there (restricted to a corpus head), taught without cross-entropy."""
-    cfg, (model, tokenizer) = run.cfg, run.backbone
+    cfg, model = run.cfg, run.backbone[0]
     tokens = probe_tokens(run, probes)
-    build_keystore(model, tokenizer, tokens, folder, layer=cfg.backbone.layer, site=cfg.backbone.site,
-                   block_size=cfg.corpus.block_size, stride=cfg.corpus.stride, batch_size=cfg.datastore.batch_size,
-                   batches_per_shard=cfg.datastore.batches_per_shard, with_lm=False,
-                   precision=cfg.backbone.precision, pack=cfg.datastore.pack, progress=run.progress,
-                   desc="keys (probes)")
-    store = KeyStore(folder)
+    store = run_keys(run, tokens, folder, "keys (probes)")
     rows = restrict_to_head(backbone_rows(model, tokens, cfg.corpus.block_size, cfg.corpus.stride, top_k,
                                           cfg.backbone.precision, cfg.datastore.batch_size), head_ids)
     if len(rows[0]) != store.num_rows:

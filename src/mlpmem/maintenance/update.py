@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from mlpmem.corpora.documents import Document, encode_documents
-from mlpmem.datastore import KeyStore, build_keystore
+from mlpmem.datastore import KeyStore
 from mlpmem.maintenance.config import MaintenanceConfig
 from mlpmem.maintenance.documents import NewDocument, entry, read_new_documents
 from mlpmem.maintenance.finetune import (
@@ -39,6 +39,7 @@ from mlpmem.maintenance.operation import (
     relative_text,
     renamed,
     reteach,
+    run_keys,
     shard_moves,
     staged_text,
     teacher_arrays,
@@ -101,7 +102,7 @@ def update_run(run: Run, docs_path: str | Path, cfg: MaintenanceConfig, abort: b
 
 def _update(op: Operation, fresh: list[NewDocument], cfg: MaintenanceConfig, seq: int, plan_id: str) -> dict:
     tokens = list(encode_documents([Document(d.id, d.text) for d in fresh], op.run.backbone[1]))
-    added = _new_keys(op, tokens, op.pending.path("keys"))
+    added = run_keys(op.run, tokens, op.pending.path("keys"), "keys (new documents)")
     old_ds, new_ds, view, teacher, refreshed = _grown(op, added, cfg.update.refresh, seq)
     memory_sha, tune_state = _tune(op, view, teacher, len(old_ds), cfg, seq, plan_id)
     texts = staged_text(op, [{"id": d.id, "text": d.text} for d in fresh])
@@ -136,18 +137,6 @@ def _grown(op: Operation, added: KeyStore, refresh: bool, seq: int):
                             op.pending.path("refresh"))
     teacher = [refreshed.get(s, t) for s, t in enumerate(teacher)] + new_teacher
     return old_ds, new_ds, view, teacher, refreshed
-
-
-def _new_keys(op: Operation, tokens: list[np.ndarray], folder: Path) -> KeyStore:
-    """The new documents' keystore, built (or resumed) with the run's own key settings."""
-    run = op.run
-    cfg, (model, tokenizer) = run.cfg, run.backbone
-    build_keystore(model, tokenizer, tokens, folder, layer=cfg.backbone.layer, site=cfg.backbone.site,
-                   block_size=cfg.corpus.block_size, stride=cfg.corpus.stride, batch_size=cfg.datastore.batch_size,
-                   batches_per_shard=cfg.datastore.batches_per_shard, with_lm=False,
-                   precision=cfg.backbone.precision, pack=cfg.datastore.pack, progress=run.progress,
-                   desc="keys (new documents)")
-    return KeyStore(folder)
 
 
 def _new_targets(op: Operation, index, view: ShardView, first: int, numbers: list[int], seq: int) -> list[Shard]:
