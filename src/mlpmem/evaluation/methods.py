@@ -40,6 +40,7 @@ from mlpmem.baselines.rag import RAG, RAGConfig
 from mlpmem.compute import autocast, check_precision
 from mlpmem.corpora.documents import read_documents, split_files
 from mlpmem.errors import ConfigError, CorpusError
+from mlpmem.inference.gate import check_floor
 from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.mosaics.config import MosaicsConfig
 from mlpmem.pipeline.corpus import corpus_folder
@@ -105,9 +106,7 @@ class MethodArgs:
         if not isinstance(self.gate, bool):
             raise ConfigError(f"gate must be true or false, got {self.gate!r}")
         check_precision(self.precision)
-        floor = self.gate_floor
-        if not isinstance(floor, (int, float)) or isinstance(floor, bool) or not 0 <= floor < 1:
-            raise ConfigError(f"gate_floor must be a number in [0, 1), got {floor!r}")
+        check_floor(self.gate_floor, "gate_floor")
         defaults = MethodArgs.__dataclass_fields__
         for key in ("lam", "gate", "gate_offset", "gate_floor", "gate_dir", "docs", "weights", *RAG_OPTIONS):
             if getattr(self, key) != defaults[key].default and key not in OPTIONS[method]:

@@ -53,6 +53,13 @@ FEATURE_VERSION = 2
 KEY_EPS = 1e-6
 
 
+def check_floor(floor, what: str) -> float:
+    """``floor`` as a float in [0, 1), else a one-line error naming ``what``."""
+    if not isinstance(floor, (int, float)) or isinstance(floor, bool) or not 0.0 <= floor < 1.0:
+        raise ConfigError(f"{what} must be a number in [0, 1), got {floor!r}")
+    return float(floor)
+
+
 @dataclass
 class GateConfig(Config):
     """What the gate is: its hidden width and its inputs."""
@@ -153,9 +160,7 @@ class Gate(nn.Module):
     def set_floor(self, floor: float) -> Gate:
         """Close the gate exactly (λ_t = 0) wherever its λ_t before the offset is below ``floor``, in [0, 1); 0: no
         floor."""
-        if not isinstance(floor, (int, float)) or isinstance(floor, bool) or not 0.0 <= floor < 1.0:
-            raise ConfigError(f"a gate floor is a number in [0, 1), got {floor!r}")
-        self.floor = float(floor)
+        self.floor = check_floor(floor, "a gate floor")
         return self
 
     def closed(self, z: torch.Tensor) -> torch.Tensor | None:

@@ -15,6 +15,7 @@ from mlpmem.errors import ConfigError
 from mlpmem.evaluation.stats import BootstrapConfig
 from mlpmem.experiments.qa.battery import BatteryConfig
 from mlpmem.experiments.qa.eval_qa import GenerationConfig
+from mlpmem.inference.gate import check_floor
 from mlpmem.inference.mixing import check_lambda
 from mlpmem.inference.prompts import demonstrations
 
@@ -123,10 +124,10 @@ class QASuiteConfig(Config):
         if not self.gate_offset_grid or not all(isinstance(b, (int, float)) and not isinstance(b, bool)
                                                 and math.isfinite(b) for b in self.gate_offset_grid):
             raise ConfigError(f"qa gate_offset_grid must be a non-empty list of numbers, got {self.gate_offset_grid}")
-        if not self.gate_floor_grid or not all(isinstance(f, (int, float)) and not isinstance(f, bool) and 0 <= f < 1
-                                               for f in self.gate_floor_grid):
-            raise ConfigError(f"qa gate_floor_grid must be a non-empty list of numbers in [0, 1), "
-                              f"got {self.gate_floor_grid}")
+        if not self.gate_floor_grid:
+            raise ConfigError("qa gate_floor_grid must be a non-empty list of numbers in [0, 1), got []")
+        for floor in self.gate_floor_grid:
+            check_floor(floor, "each qa gate_floor_grid value")
         if not isinstance(self.gate_negatives, int) or self.gate_negatives < 0:
             raise ConfigError(f"qa gate_negatives must be an integer >= 0, got {self.gate_negatives!r}")
         if not isinstance(self.gate_negative_tasks, list) or not all(isinstance(t, str) and t
