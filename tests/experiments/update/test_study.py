@@ -32,6 +32,8 @@ def test_the_presets_load_and_bad_values_are_one_line_errors():
     large = load_study_config(CONFIGS / "maintenance" / "study-480.yaml")  # the table of docs/results/update
     assert large.synthetic["num_entities"] == 480 and large.update_seeds == [0, 1, 2] and large.retrain_seeds == [1, 2]
     assert load_maintenance_config(overrides=large.maintenance).update.replay_draw == "epoch"
+    assert large.forget_probes and large.forget_fraction == 0.3  # the forget that meets its row
+    assert load_maintenance_config(overrides=large.maintenance).forget.lr == 0.001
     with pytest.raises(ConfigError, match="update.replay_ratio"):
         load_maintenance_config(overrides=["update.replay_ratio=-1"])
     with pytest.raises(ConfigError, match="forget.target"):
