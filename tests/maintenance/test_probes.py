@@ -74,6 +74,9 @@ def test_read_probes_takes_lines_or_json_lines_and_refuses_bad_files(tmp_path):
     (tmp_path / "empty.txt").write_text("\n")
     with pytest.raises(CorpusError, match="holds no prompt"):
         read_probes(tmp_path / "empty.txt")
+    (tmp_path / "latin1.txt").write_bytes("Wo wohnt J\u00fcrgen?\n".encode("latin-1"))
+    with pytest.raises(CorpusError, match="latin1.txt is not UTF-8"):
+        read_probes(tmp_path / "latin1.txt")
     assert probes_digest(["a", "b"]) != probes_digest(["b", "a"])
 
 

@@ -50,12 +50,13 @@ def read_new_documents(path: str | Path) -> list[NewDocument]:
     if path.suffix == ".jsonl":
         docs = [Document(d.id, d.text) for d in iter_documents(path)]
     else:
-        lines = _text_lines(path)
+        lines = text_lines(path)
         docs = [Document(f"{path.stem}:{n}", line) for n, line in lines]
     return [NewDocument(doc_id(d.text), d.id, d.text) for d in docs]
 
 
-def _text_lines(path: Path) -> list[tuple[int, str]]:
+def text_lines(path: Path) -> list[tuple[int, str]]:
+    """``(line number, stripped line)`` of every non-blank line of a UTF-8 text file (one-line error if not UTF-8)."""
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:

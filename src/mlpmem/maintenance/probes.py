@@ -19,6 +19,7 @@ import numpy as np
 
 from mlpmem.corpora.documents import Document, encode_documents
 from mlpmem.errors import CorpusError, MlpmemError
+from mlpmem.maintenance.documents import text_lines
 from mlpmem.maintenance.finetune import TuneSet
 from mlpmem.maintenance.operation import run_keys
 from mlpmem.maintenance.targets import backbone_rows, pure_label, restrict_to_head
@@ -30,13 +31,13 @@ def read_probes(path: str | Path) -> list[str]:
     path = Path(path)
     if not path.is_file():
         raise CorpusError(f"probes file {path} does not exist")
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    lines = text_lines(path)
     if not lines:
         raise CorpusError(f"probes file {path} holds no prompt")
-    if not lines[0].lstrip().startswith("{"):
-        return lines
+    if not lines[0][1].startswith("{"):
+        return [line for _, line in lines]
     out = []
-    for n, line in enumerate(lines, 1):
+    for n, line in lines:
         try:
             text = json.loads(line).get("text")
         except (json.JSONDecodeError, AttributeError):
