@@ -220,20 +220,23 @@ on480 update-sweep-480-fresh-replicates update-480-fresh-replicates "$FRESH,upda
 on480 update-table-480-fresh update-480-fresh-table \
   "$FRESH,update.replay_ratio=0.5,forget.replay_draw=epoch,forget.epochs=4" --set from_study_table=true
 # 20 epochs at three seeds (-fresh20); the whole table with it and a six-epoch forget, the recipe again at three
-# seeds (update_seeds) and the retrained memory at two more training seeds (retrain_seeds): docs/results/update,
-# which `mlpmem update-study configs/maintenance/study-480.yaml --out runs/update-study-480` also builds from scratch
+# seeds (update_seeds) and the retrained memory at two more training seeds (retrain_seeds): the table until the
+# forget was given probes (docs/results/update-480-forget15)
 FRESH20="update.lr=0.001,update.replay_draw=epoch,forget.replay_ratio=2,update.epochs=20,update.replay_ratio=0.5"
 on480 update-sweep-480-fresh20 update-480-fresh20 "$FRESH20" \
   --set "update_variants={fresh-r05-e20-seed0: [seed=0], fresh-r05-e20-seed1: [seed=1], fresh-r05-e20-seed2: [seed=2]}"
-on480 update-table-480-fresh20 update "$FRESH20,forget.replay_draw=epoch,forget.epochs=6" \
+on480 update-table-480-fresh20 update-480-forget15 "$FRESH20,forget.replay_draw=epoch,forget.epochs=6" \
   --set from_study_table=true --set "update_variants={fresh-r05-e20: []}" --set "update_seeds=[0, 1, 2]" \
   --set "retrain_seeds=[1, 2]"
-# the table's recipe with twice the forgotten entities, no extra seeds (docs/results/update-480-forget30)
+# the table's recipe with twice the forgotten entities, no extra seeds (docs/results/update-480-forget30); these
+# four forgets without probes set what the preset has set since (probes, the forget's rate) back
 $M update-study configs/maintenance/study-480.yaml --out runs/update-table-480-forget30 --set forget_fraction=0.3 \
+  --set forget_probes=false --set "maintenance=[update.lr=0.001,update.replay_ratio=0.5,update.replay_draw=epoch,update.epochs=20,forget.replay_ratio=2,forget.replay_draw=epoch,forget.epochs=6]" \
   --set "update_seeds=[]" --set "retrain_seeds=[]" --set from_study=runs/update-study-480-replay3 \
   --set from_study_table=true --set docs_dir=docs/results/update-480-forget30 --quiet
 # the same with the forget at the memory's own rate (docs/results/update-480-forget30-lr)
 $M update-study configs/maintenance/study-480.yaml --out runs/update-table-480-forget30-lr --set forget_fraction=0.3 \
+  --set forget_probes=false \
   --set "update_seeds=[]" --set "retrain_seeds=[]" --set "update_variants={}" \
   --set "maintenance=[update.lr=0.001,update.replay_ratio=0.5,update.replay_draw=epoch,update.epochs=20,forget.replay_ratio=2,forget.replay_draw=epoch,forget.epochs=6,forget.lr=0.001]" \
   --set from_study=runs/update-study-480-replay3 --set from_study_table=true \
@@ -241,6 +244,7 @@ $M update-study configs/maintenance/study-480.yaml --out runs/update-table-480-f
 # the same, the forgotten positions taught the teacher without them: a whole study, the source of the two after it
 # (docs/results/update-480-forget30-teacher)
 $M update-study configs/maintenance/study-480.yaml --out runs/update-study-480-forget30-teacher --set forget_fraction=0.3 \
+  --set forget_probes=false \
   --set "update_seeds=[]" --set "retrain_seeds=[]" --set "update_variants={}" \
   --set "maintenance=[update.lr=0.001,update.replay_ratio=0.5,update.replay_draw=epoch,update.epochs=20,forget.replay_ratio=2,forget.replay_draw=epoch,forget.epochs=6,forget.lr=0.001,forget.target=teacher]" \
   --set docs_dir=docs/results/update-480-forget30-teacher --quiet
@@ -252,10 +256,14 @@ $M update-study configs/maintenance/study-480.yaml --out runs/update-table-480-f
   --set from_study=runs/update-study-480-forget30-teacher --set from_study_table=true \
   --set docs_dir=docs/results/update-480-forget30-probes --quiet
 $M update-study configs/maintenance/study-480.yaml --out runs/update-table-480-forget30-docform --set forget_fraction=0.3 \
+  --set forget_probes=false \
   --set "update_seeds=[]" --set "retrain_seeds=[]" --set "update_variants={}" \
   --set "maintenance=[update.lr=0.001,update.replay_ratio=0.5,update.replay_draw=epoch,update.epochs=20,forget.replay_ratio=2,forget.replay_draw=epoch,forget.epochs=6,forget.lr=0.001]" \
   --set from_study=runs/update-study-480-forget30-teacher --set from_study_table=true \
   --set docs_dir=docs/results/update-480-forget30-docform --quiet
+# the table (docs/results/update): the preset from scratch, with the forget that met its row (30 % forgotten,
+# probes, the memory's rate), the update at three seeds and the retrained memory at three
+$M update-study configs/maintenance/study-480.yaml --out runs/update-study-480 --quiet
 # lm-eval scoring on the 480-entity study's retrained run (after its evaluation): one backbone pass for backbone,
 # memory and kNN-LM (docs/results/lm-eval-one-pass), bf16 against fp32 (docs/results/lm-eval-precision); and the
 # study's multiple-choice scorer with shared contexts (docs/results/choice-scoring)
