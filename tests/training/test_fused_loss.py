@@ -1,4 +1,5 @@
-"""fused_head_loss against sparse_hybrid_loss applied to the materialised logits hidden @ weight.T (+ bias).
+"""fused_head_loss against the closed-form reference loss (``helpers.reference_loss.closed_form_loss``) applied to
+the materialised logits hidden @ weight.T (+ bias).
 
 Tolerances: in fp32 the loss, its parts and every gradient agree to 1e-5 relative (absolute 1e-5 of the
 reference's largest entry); in bf16 (bf16 inputs, logits and logit gradient, fp32 softmax and accumulation)
@@ -11,9 +12,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from helpers.reference_loss import closed_form_loss, dense_reference_loss
 from mlpmem.errors import ConfigError
-from mlpmem.training.fused_loss import fused_head_loss, release_workspace
-from mlpmem.training.loss import dense_reference_loss, sparse_hybrid_loss
+from mlpmem.training.loss import fused_head_loss, release_workspace, sparse_hybrid_loss
 
 N, V, D, K = 37, 101, 16, 8
 FP32, BF16 = 1e-5, 3e-2
@@ -60,10 +61,10 @@ def leaves(hidden, weight, bias, tied: bool):
 
 
 def reference(case, alpha: float, tied: bool):
-    """sparse_hybrid_loss on the fp32 logits, and the gradients of hidden, weight, bias."""
+    """The closed-form reference loss on the fp32 logits, and the gradients of hidden, weight, bias."""
     hidden, weight, bias, ids, probs, residual, targets = case
     h, w, b = leaves(hidden, weight, bias, tied)
-    loss, parts = sparse_hybrid_loss(F.linear(h, w, b), ids, probs, residual, targets, alpha)
+    loss, parts = closed_form_loss(F.linear(h, w, b), ids, probs, residual, targets, alpha)
     loss.backward()
     return loss, parts, h.grad, w.grad, None if b is None else b.grad
 
@@ -106,7 +107,7 @@ def test_case_covers_the_awkward_rows():
 @pytest.mark.parametrize("alpha", [0.0, 0.4, 1.0])
 @pytest.mark.parametrize("tied", [True, False])
 @pytest.mark.parametrize("chunk", [5, 16, 37, 1000])
-def test_fp32_equals_sparse_hybrid_loss(alpha, tied, chunk):
+def test_fp32_equals_closed_form_reference(alpha, tied, chunk):
     case = make_case(seed=1)
     got = fused(case, alpha, tied, chunk)
     assert_matches(got, reference(case, alpha, tied), FP32)
@@ -130,7 +131,7 @@ def test_bf16_close_to_fp32_reference(tied, alpha):
 
 def test_rest_cell_empty_or_underflowing():
     """K covers the vocabulary (rows 6-8: empty rest, yet residual > 0), and a rest cell far below fp32's tiny
-    (rows 0-2, sharp logits): the rest term sits at its clamp with no gradient, as in sparse_hybrid_loss."""
+    (rows 0-2, sharp logits): the rest term sits at its clamp with no gradient, as in the reference."""
     hidden, weight, bias, ids, probs, residual, targets = make_case(seed=4, n=9, vocab=12, k=12)
     sharp = torch.ones(9, 1)
     sharp[:3] = 40.0
@@ -211,3 +212,15 @@ def test_bad_inputs_raise_config_errors():
         fused_head_loss(hidden, weight, None, ids, probs, residual, targets[:-1], 0.4)
     with pytest.raises(ConfigError, match="alpha"):
         fused_head_loss(hidden, weight, None, ids, probs, residual, targets, 1.5)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.4, 1.0])
+def test_logits_entry_equals_the_head_entry(alpha):
+    """sparse_hybrid_loss on the materialised logits: the same pass as fused_head_loss, and the logits' gradient
+    chains to the head's."""
+    case = make_case(seed=11, bias=True)
+    hidden, weight, bias, ids, probs, residual, targets = case
+    h, w, b = leaves(hidden, weight, bias, tied=False)
+    loss, parts = sparse_hybrid_loss(F.linear(h, w, b), ids, probs, residual, targets, alpha, chunk_size=7)
+    loss.backward()
+    assert_matches((loss, parts, h.grad, w.grad, b.grad), fused(case, alpha, tied=False, chunk=10), FP32)

@@ -45,9 +45,9 @@ class TrainConfig(Config):
     loss_chunk: int | None = None
     """Rows per chunk of the head + loss computation (None: the implementation's default)."""
     fused_loss: bool = True
-    """Head and loss as one chunked pass with closed-form gradients (:mod:`mlpmem.training.fused_loss`), its
-    matmuls in ``precision``; False: the head under autocast, then the sparse loss on the (B, V) logits. The
-    sharded (FSDP) path always uses the latter."""
+    """Head and loss as one chunked pass with closed-form gradients (:func:`mlpmem.training.loss.fused_head_loss`),
+    its matmuls in ``precision``; False: the head under autocast, then the same chunked loss on the (B, V) logits
+    (:func:`~mlpmem.training.loss.sparse_hybrid_loss`). The sharded (FSDP) path always uses the latter."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """``bf16`` (autocast: bf16 matmuls in the forward, fp32 weights, loss and optimizer), ``fp32``, or ``auto``:
     bf16 only where the hardware computes it natively (:func:`mlpmem.compute.resolve_precision`)."""

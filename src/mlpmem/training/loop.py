@@ -33,9 +33,8 @@ from mlpmem.memory.model import MLPMemory
 from mlpmem.training.checkpoint import flat_moments, load_checkpoint, recover_checkpoint, save_checkpoint
 from mlpmem.training.config import TrainConfig, trained_with
 from mlpmem.training.data import EvalData, TrainData, evaluate, rank_rows
-from mlpmem.training.fused_loss import DEFAULT_CHUNK as FUSED_CHUNK
-from mlpmem.training.fused_loss import fused_head_loss
-from mlpmem.training.loss import sparse_hybrid_loss
+from mlpmem.training.loss import DEFAULT_CHUNK as FUSED_CHUNK
+from mlpmem.training.loss import fused_head_loss, sparse_hybrid_loss
 from mlpmem.training.optim import adamw, lr_schedule, optimizer_step
 from mlpmem.training.regularise import noisy_keys, step_generator
 from mlpmem.training.selection import (
