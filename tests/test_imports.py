@@ -93,4 +93,4 @@ def test_importing_the_package_is_light():
     code = "import sys, mlpmem; assert 'torch' not in sys.modules, 'import mlpmem loaded torch'; print(mlpmem.__all__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert "MemoryAugmentedLM" in out.stdout
+    assert "MemoryAugmentedForCausalLM" in out.stdout

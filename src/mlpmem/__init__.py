@@ -15,7 +15,6 @@ _API = {
     "load_backbone": "mlpmem.backbone",
     "MemoryConfig": "mlpmem.memory",
     "MLPMemory": "mlpmem.memory",
-    "MemoryAugmentedLM": "mlpmem.inference.augmented_lm",
     "MemoryAugmentedForCausalLM": "mlpmem.inference.hf_model",
     "augmented_from_run": "mlpmem.pipeline.hf_export",
     "PipelineConfig": "mlpmem.pipeline.config",

@@ -29,6 +29,11 @@ from mlpmem.config import Config
 from mlpmem.errors import ConfigError, FingerprintMismatch, MlpmemError
 from mlpmem.utils.io import cache_root
 
+try:  # the exact slicing the HF models apply to their hidden states before the LM head
+    from transformers.modeling_utils import slice_logits_to_keep
+except ImportError:  # pragma: no cover - older transformers
+    slice_logits_to_keep = None
+
 SITES = ("ffn_input", "residual")
 
 
@@ -181,6 +186,23 @@ class KeyHook:
 
     def __exit__(self, *exc) -> None:
         self._handle.remove()
+
+
+def keep_positions(keys: torch.Tensor, logits: torch.Tensor, logits_to_keep) -> torch.Tensor:
+    """The keys of the positions whose logits the backbone kept: (B, T, d) -> (B, T_keep, d).
+
+    ``logits_to_keep`` is the backbone forward's argument (an int keeps the last positions, a tensor indexes
+    them; None or 0 keeps all), ``logits`` (B, T_keep, V) what it returned."""
+    if slice_logits_to_keep is not None and logits_to_keep is not None:
+        kept = slice_logits_to_keep(keys, logits_to_keep)
+    else:
+        kept = keys[:, -logits.shape[1] :]  # an int logits_to_keep keeps the last positions
+    if kept.shape[:-1] != logits.shape[:-1]:
+        raise MlpmemError(
+            f"cannot align keys {tuple(keys.shape)} with logits {tuple(logits.shape)} "
+            f"(logits_to_keep={logits_to_keep!r})"
+        )
+    return kept
 
 
 def base_model(model: nn.Module) -> nn.Module:

@@ -19,7 +19,7 @@ from mlpmem.baselines.knnlm import (
 from mlpmem.datastore import build_keystore
 from mlpmem.errors import FingerprintMismatch
 from mlpmem.index import ExactIndex, IndexConfig
-from mlpmem.inference.mixing import mix_log_probs
+from mlpmem.inference.mixing import mix
 
 
 def test_knn_log_probs_equals_a_loop():
@@ -48,7 +48,7 @@ def test_sparse_knn_mix_equals_the_dense_mixture(lam):
     ids[2] = -1  # no neighbour at all: the backbone alone, weighted 1 - λ
     values = rng.integers(0, 3, 12).astype(np.int32)  # 3 of 6 tokens: many neighbours share one
     logp_lm = F.log_softmax(torch.randn(4, 6), -1)
-    dense = mix_log_probs(logp_lm, knn_log_probs(dists, ids, values, temperature=2.0, vocab_size=6), lam)
+    dense = mix(logp_lm, knn_log_probs(dists, ids, values, temperature=2.0, vocab_size=6), lam, logits=False)
     got = knn_mix_log_probs(logp_lm, dists, ids, values, temperature=2.0, lam=lam)
     torch.testing.assert_close(got, dense, rtol=0, atol=1e-6)
     assert got.shape == logp_lm.shape and got.dtype == logp_lm.dtype
@@ -77,8 +77,8 @@ def test_decoder_mixes_the_searched_neighbours(tmp_path):
         with KeyHook(knn.backbone, resolve_layer(knn.backbone, -1), "ffn_input") as hook:
             lm = knn.backbone(input_ids=x).logits
         d, i = index.search(hook.keys[0].numpy(), 8)
-        expected = mix_log_probs(F.log_softmax(lm, -1), knn_log_probs(d, i, store.array("values"), 3.0, VOCAB)[None],
-                                 0.3)
+        expected = mix(F.log_softmax(lm, -1), knn_log_probs(d, i, store.array("values"), 3.0, VOCAB)[None], 0.3,
+                       logits=False)
         got = knn(input_ids=x).logits
         last = knn(input_ids=x, logits_to_keep=1).logits
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)

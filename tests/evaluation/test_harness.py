@@ -22,7 +22,6 @@ from mlpmem.baselines.methods import build_method
 from mlpmem.cli import main
 from mlpmem.errors import ConfigError
 from mlpmem.evaluation.harness import MlpmemLM, evaluate
-from mlpmem.inference.augmented_lm import MemoryAugmentedLM
 from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.pipeline.hf_export import augmented_from_run
 
@@ -30,11 +29,11 @@ from mlpmem.pipeline.hf_export import augmented_from_run
 
 
 def test_from_run_is_the_generate_commands_model(run_dir):
-    """λ "auto" is the run's validation choice; the logits are those of MemoryAugmentedLM on the run's memory."""
+    """λ "auto" is the run's validation choice; the logits are those of the model built from the run's memory."""
     model = augmented_from_run(run_dir)
     assert isinstance(model, MemoryAugmentedForCausalLM) and model.lam == run_lambda(run_dir)
     backbone, tokenizer = load_backbone(model.config.backbone)
-    plain = MemoryAugmentedLM.from_pretrained(run_dir / "memory", backbone, tokenizer, lam=model.lam)
+    plain = MemoryAugmentedForCausalLM.from_memory(run_dir / "memory", backbone, tokenizer, lam=model.lam)
     ids = torch.tensor([tokenizer.encode(DOCS[0]["text"])])
     with torch.no_grad():
         assert torch.equal(model(input_ids=ids).logits, plain(input_ids=ids).logits)
@@ -50,14 +49,14 @@ def test_gate_dir_loads_another_gate_of_the_runs_memory_only(run_dir, tmp_path):
     from mlpmem.memory import MemoryConfig, MLPMemory
 
     model = augmented_from_run(run_dir)
-    memory = model.mixer.memory
+    memory = model.memory
     gate = Gate(GateConfig(hidden_size=4)).set_constant(0.3)
     save_gate(gate, tmp_path / "mine", memory)
     gated = augmented_from_run(run_dir, gate=True, gate_offset=1.0, gate_dir=tmp_path / "mine", gate_floor=0.5)
     backbone, tokenizer = load_backbone(model.config.backbone)
-    plain = MemoryAugmentedLM.from_pretrained(run_dir / "memory", backbone, tokenizer, gate_dir=tmp_path / "mine")
+    plain = MemoryAugmentedForCausalLM.from_memory(run_dir / "memory", backbone, tokenizer, gate_dir=tmp_path / "mine")
     plain.gate.set_offset(1.0).set_floor(0.5)
-    assert gated.mixer.gate.floor == 0.5
+    assert gated.gate.floor == 0.5
     ids = torch.tensor([tokenizer.encode(DOCS[0]["text"])])
     with torch.no_grad():
         assert torch.equal(gated(input_ids=ids).logits, plain(input_ids=ids).logits)
@@ -74,7 +73,7 @@ def test_loglikelihood_is_the_sum_of_the_mixed_log_probs(run_dir, tasks, lam):
     lm = MlpmemLM(run=str(run_dir), lam=lam, batch_size=2)
     got = scores(lm, tasks)["tiny_ll"]
     backbone, tokenizer = load_backbone(lm.model.config.backbone)
-    plain = MemoryAugmentedLM.from_pretrained(run_dir / "memory", backbone, tokenizer,
+    plain = MemoryAugmentedForCausalLM.from_memory(run_dir / "memory", backbone, tokenizer,
                                               lam=run_lambda(run_dir) if lam == "auto" else lam)
     for doc, (loglik, _) in zip(DOCS, got):
         expected = direct_loglikelihood(lambda ids: plain(input_ids=ids).logits, tokenizer, doc["context"],

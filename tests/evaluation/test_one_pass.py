@@ -33,7 +33,7 @@ def mc_tasks(tmp_path_factory):
 
 def test_each_method_of_one_pass_scores_as_its_own_model(run_dir, mc_tasks, tmp_path):
     gate_dir = tmp_path / "gate"
-    save_gate(Gate(GateConfig(hidden_size=4)), gate_dir, augmented_from_run(run_dir).mixer.memory)
+    save_gate(Gate(GateConfig(hidden_size=4)), gate_dir, augmented_from_run(run_dir).memory)
     methods = {"backbone": {"method": "backbone"}, "memory": {"lam": 0.4},
                "memory-gate": {"gate": True, "gate_dir": str(gate_dir), "gate_offset": 0.5},
                "knnlm": {"method": "knnlm"}}

@@ -79,7 +79,7 @@ def counted(lm) -> list:
 @pytest.fixture()
 def gate_dir(run_dir, tmp_path):
     folder = tmp_path / "gate"
-    save_gate(Gate(GateConfig(hidden_size=4)), folder, augmented_from_run(run_dir).mixer.memory)
+    save_gate(Gate(GateConfig(hidden_size=4)), folder, augmented_from_run(run_dir).memory)
     return folder
 
 

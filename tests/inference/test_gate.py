@@ -11,10 +11,10 @@ import torch.nn.functional as F
 
 from helpers.tiny import PAD, VOCAB, TinyTokenizer, left_padded, tiny_backbone
 from mlpmem.errors import ConfigError, CorruptArtifact, FingerprintMismatch
-from mlpmem.inference.augmented_lm import MemoryAugmentedLM, mix_logits
-from mlpmem.inference.gate import LOG_FLOOR, NUM_FEATURES, Gate, GateConfig, gate_features, gated_target_logprob
+from mlpmem.inference.gate import LOG_FLOOR, NUM_FEATURES, Gate, GateConfig, gate_features
 from mlpmem.inference.gate_io import GATE_WEIGHTS, load_gate, memory_checksum, save_gate, saved_for
-from mlpmem.inference.mixing import mix_log_probs
+from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
+from mlpmem.inference.mixing import mix
 from mlpmem.memory import MemoryConfig, MLPMemory, tie_to_backbone
 from mlpmem.training.gate import GateData, GateTrainConfig, holdout_split, nll, train_gate
 
@@ -55,7 +55,8 @@ def pair(family: str, lam: float, gate: Gate | None = None, **memory_options):
     backbone = tiny_backbone(family)
     memory = make_memory(backbone, **memory_options)
     gate = gate or Gate(GateConfig(), memory.config.input_size).set_constant(lam)
-    return MemoryAugmentedLM(backbone, memory, lam=lam), MemoryAugmentedLM(backbone, memory, lam=lam, gate=gate)
+    build = MemoryAugmentedForCausalLM.from_parts
+    return build(backbone, memory, lam=lam), build(backbone, memory, lam=lam, gate=gate)
 
 
 def greedy(model, ids, mask, **kwargs):
@@ -86,7 +87,7 @@ def test_constant_gate_offline_target_logprob_equals_mix_log_probs():
     lp_mem[::7] = -math.inf  # targets outside a corpus head
     for lam in (0.05, 0.4, 0.95):
         z = torch.full((50,), math.log(lam) - math.log1p(-lam), dtype=torch.float64)
-        torch.testing.assert_close(gated_target_logprob(lp_lm, lp_mem, z), mix_log_probs(lp_lm, lp_mem, lam),
+        torch.testing.assert_close(mix(lp_lm, lp_mem, z, logits=False), mix(lp_lm, lp_mem, lam, logits=False),
                                    rtol=0, atol=1e-12)
 
 
@@ -113,7 +114,7 @@ def test_a_floor_closes_the_gate_exactly_below_it_and_is_not_saved():
     backbone = tiny_backbone("llama")
     memory = make_memory(backbone)
     gate = random_gate(memory.config.input_size)
-    gated = MemoryAugmentedLM(backbone, memory, gate=gate)
+    gated = MemoryAugmentedForCausalLM.from_parts(backbone, memory, gate=gate)
     ids, mask = left_padded(PROMPTS)
     with torch.no_grad():
         open_logits, open_lam = gated(input_ids=ids, attention_mask=mask).logits, gated.last_lambda
@@ -148,9 +149,9 @@ def test_a_floor_in_the_offline_target_logprob_is_the_backbone_there():
     gate = Gate(GateConfig()).set_floor(0.5)
     closed = gate.closed(z)
     assert torch.equal(closed, z < 0)  # logit(0.5) = 0
-    mixed = gated_target_logprob(lp_lm, lp_mem, z, closed)
+    mixed = mix(lp_lm, lp_mem, z.masked_fill(closed, -math.inf), logits=False)
     assert torch.equal(mixed[closed], lp_lm[closed])
-    torch.testing.assert_close(mixed[~closed], gated_target_logprob(lp_lm, lp_mem, z)[~closed], rtol=0, atol=0)
+    torch.testing.assert_close(mixed[~closed], mix(lp_lm, lp_mem, z, logits=False)[~closed], rtol=0, atol=0)
     assert Gate(GateConfig()).closed(z) is None
 
 
@@ -170,7 +171,7 @@ def test_lambda_in_unit_interval_and_mixture_sums_to_one(corpus_head, tied):
     backbone = tiny_backbone("llama")
     memory = make_memory(backbone, tied=tied, corpus_head=corpus_head)
     gate = random_gate(memory.config.input_size)
-    gated = MemoryAugmentedLM(backbone, memory, gate=gate)
+    gated = MemoryAugmentedForCausalLM.from_parts(backbone, memory, gate=gate)
     ids, mask = left_padded(PROMPTS)
     with torch.no_grad():
         mixed = gated(input_ids=ids, attention_mask=mask).logits  # (B, T, V)
@@ -228,7 +229,7 @@ def test_generate_with_a_constant_gate_equals_the_plain_path(family, tied):
 def test_generate_with_a_varying_gate_cache_and_batching_are_consistent(family):
     backbone = tiny_backbone(family)
     memory = make_memory(backbone, corpus_head=True)
-    gated = MemoryAugmentedLM(backbone, memory, gate=random_gate(memory.config.input_size))
+    gated = MemoryAugmentedForCausalLM.from_parts(backbone, memory, gate=random_gate(memory.config.input_size))
     ids, mask = left_padded(PROMPTS)
     cached = greedy(gated, ids, mask, use_cache=True)
     assert torch.equal(cached, greedy(gated, ids, mask, use_cache=False))
@@ -241,7 +242,7 @@ def test_generate_with_a_varying_gate_cache_and_batching_are_consistent(family):
 def test_one_backbone_pass_and_gate_on_kept_positions_only():
     backbone = tiny_backbone("llama")
     memory = make_memory(backbone)
-    gated = MemoryAugmentedLM(backbone, memory, gate=random_gate(memory.config.input_size))
+    gated = MemoryAugmentedForCausalLM.from_parts(backbone, memory, gate=random_gate(memory.config.input_size))
     calls, rows = [], []
     h1 = backbone.model.layers[0].register_forward_hook(lambda *a: calls.append(1))
     h2 = gated.gate.register_forward_pre_hook(lambda module, args: rows.append(tuple(args[0].shape)))
@@ -281,8 +282,8 @@ def test_save_load_round_trip_and_from_pretrained(tmp_path):
         assert torch.equal(a, b), name
     x = torch.tensor([PROMPTS[0]])
     with torch.no_grad():
-        direct = MemoryAugmentedLM(backbone, memory, gate=gate)(input_ids=x).logits
-        again = MemoryAugmentedLM.from_pretrained(tmp_path / "memory", backbone, tokenizer,
+        direct = MemoryAugmentedForCausalLM.from_parts(backbone, memory, gate=gate)(input_ids=x).logits
+        again = MemoryAugmentedForCausalLM.from_memory(tmp_path / "memory", backbone, tokenizer,
                                                   gate_dir=tmp_path / "gate")(input_ids=x).logits
     assert torch.equal(direct, again)
 
@@ -364,7 +365,5 @@ def test_the_fixed_path_is_untouched_by_the_gate_module():
     torch.manual_seed(0)
     a, b = torch.randn(2, 3, 40) * 10, torch.randn(2, 3, 40) * 10
     gate = Gate(GateConfig(hidden_size=0)).set_constant(0.25)
-    from mlpmem.inference.gate import gated_mix_logits
-
-    mixed, lam_t = gated_mix_logits(a, b, gate)
-    assert torch.equal(mixed, mix_logits(a, b, 0.25)) and lam_t.shape == (2, 3)
+    z = gate.mixing_logits(gate_features(a, b))
+    assert torch.equal(mix(a, b, z), mix(a, b, 0.25)) and torch.sigmoid(z).shape == (2, 3)

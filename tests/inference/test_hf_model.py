@@ -13,7 +13,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 from helpers.tiny import tiny_backbone
 from mlpmem.backbone import load_backbone
 from mlpmem.errors import CorruptArtifact, FingerprintMismatch, MlpmemError
-from mlpmem.inference.augmented_lm import MemoryAugmentedLM
 from mlpmem.inference.gate import Gate, GateConfig
 from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.memory import MemoryConfig, MLPMemory
@@ -34,8 +33,8 @@ def random_memory(model, tokenizer, seed: int = 3) -> MLPMemory:
 
 def wrapped(backbone_dir, lam: float = 0.4, gate: Gate | None = None) -> MemoryAugmentedForCausalLM:
     model, tokenizer = load_backbone(str(backbone_dir))
-    mixed = MemoryAugmentedLM(model, random_memory(model, tokenizer), lam=lam, tokenizer=tokenizer, gate=gate)
-    return MemoryAugmentedForCausalLM.from_augmented(mixed, tokenizer)
+    return MemoryAugmentedForCausalLM.from_parts(model, random_memory(model, tokenizer), lam=lam, tokenizer=tokenizer,
+                                                 gate=gate)
 
 
 def encode(tokenizer, texts: list[str]):
@@ -61,7 +60,7 @@ def test_save_writes_one_folder_and_auto_loads_it_with_equal_logits(saved):
     assert {"config.json", "memory", "memory.sha256.json", "tokenizer.json"} <= names and "backbone" not in names
     config = json.loads((folder / "config.json").read_text())
     assert config["model_type"] == "mlpmem" and config["lam"] == 0.4 and config["gate"] is False
-    assert (config["key_layer"], config["key_site"]) == (model.mixer.key_layer, "ffn_input")
+    assert (config["key_layer"], config["key_site"]) == (model.key_layer, "ffn_input")
     loaded = AutoModelForCausalLM.from_pretrained(folder)
     assert isinstance(loaded, MemoryAugmentedForCausalLM) and loaded.lam == 0.4
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -88,7 +87,7 @@ def test_a_gate_is_saved_and_mixes_after_loading(tmp_path, tiny_backbone_dir):
     loaded = AutoModelForCausalLM.from_pretrained(folder)
     assert loaded.gate is not None and loaded.config.gate
     assert torch.equal(logits_of(loaded, loaded.tokenizer), logits_of(model, model.tokenizer))
-    assert loaded.mixer.last_lambda is not None
+    assert loaded.last_lambda is not None
 
 
 def test_lambda_zero_is_exactly_the_backbones_log_softmax(tiny_backbone_dir):
@@ -99,14 +98,14 @@ def test_lambda_zero_is_exactly_the_backbones_log_softmax(tiny_backbone_dir):
         assert torch.equal(model(**inputs).logits, expected)
 
 
-def test_generate_batched_left_padded_equals_one_prompt_at_a_time_and_the_plain_wrapper(saved):
+def test_generate_batched_left_padded_equals_one_prompt_at_a_time_and_the_built_model(saved):
     model, folder = saved
     loaded = AutoModelForCausalLM.from_pretrained(folder)
     tokenizer, settings = loaded.tokenizer, dict(max_new_tokens=6, do_sample=False)
     batch = encode(tokenizer, PROMPTS)
     assert (batch["attention_mask"] == 0).any()  # the batch really is left-padded
     together = loaded.generate(**batch, **settings, pad_token_id=tokenizer.pad_token_id)
-    assert torch.equal(together, model.mixer.generate(**batch, **settings, pad_token_id=tokenizer.pad_token_id))
+    assert torch.equal(together, model.generate(**batch, **settings, pad_token_id=tokenizer.pad_token_id))
     for row, text in enumerate(PROMPTS):
         alone = loaded.generate(**tokenizer([text], return_tensors="pt"), **settings)
         assert together[row, -6:].tolist() == alone[0, -6:].tolist()
@@ -177,8 +176,7 @@ def test_missing_or_damaged_pieces_are_one_line_errors(saved, tmp_path):
 
 def test_save_refuses_a_folder_of_other_files_and_a_backbone_without_a_name(tmp_path, tiny_llama, tiny_tokenizer):
     memory = random_memory(tiny_llama, tiny_tokenizer)
-    mixed = MemoryAugmentedLM(tiny_llama, memory, lam=0.3, tokenizer=tiny_tokenizer)
-    model = MemoryAugmentedForCausalLM.from_augmented(mixed, tiny_tokenizer)
+    model = MemoryAugmentedForCausalLM.from_parts(tiny_llama, memory, lam=0.3, tokenizer=tiny_tokenizer)
     with pytest.raises(MlpmemError, match="copy_backbone=True"):
         model.save_pretrained(tmp_path / "by-reference")
     (tmp_path / "busy").mkdir()

@@ -1,4 +1,4 @@
-"""MemoryAugmentedLM: exact endpoints, one-pass hooks, and stock generate on the mixed distribution."""
+"""MemoryAugmentedForCausalLM: exact endpoints, one-pass hooks, and stock generate on the mixed distribution."""
 
 from __future__ import annotations
 
@@ -9,19 +9,15 @@ import torch.nn.functional as F
 from helpers.tiny import PAD, VOCAB, TinyTokenizer, left_padded, tiny_backbone
 from mlpmem.backbone import KeyHook, decoder_layers
 from mlpmem.errors import ConfigError, FingerprintMismatch
-from mlpmem.inference.augmented_lm import (
-    MemoryAugmentedLM,
-    mix_logits,
-    tied_head_logits,
-)
-from mlpmem.inference.mixing import mix_log_probs
+from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
+from mlpmem.inference.mixing import mix, tied_head_logits
 from mlpmem.memory import MemoryConfig, MLPMemory
 
 FAMILIES = ("llama", "gpt2")
 PROMPTS = [[5, 17, 3, 99, 42, 7], [8, 9], [60, 61, 62, 63]]
 
 
-def augmented(family: str, lam: float = 0.5, site: str = "ffn_input", tokenizer=None) -> MemoryAugmentedLM:
+def augmented(family: str, lam: float = 0.5, site: str = "ffn_input", tokenizer=None) -> MemoryAugmentedForCausalLM:
     """A tiny backbone with a random memory whose logits are spread enough to change the greedy path."""
     backbone = tiny_backbone(family)
     torch.manual_seed(3)
@@ -29,7 +25,7 @@ def augmented(family: str, lam: float = 0.5, site: str = "ffn_input", tokenizer=
     memory = MLPMemory(config).eval()
     with torch.no_grad():
         memory.head.weight.mul_(100.0)
-    return MemoryAugmentedLM(backbone, memory, lam=lam, tokenizer=tokenizer)
+    return MemoryAugmentedForCausalLM.from_parts(backbone, memory, lam=lam, tokenizer=tokenizer)
 
 
 def ids_of(prompt: list[int]) -> torch.Tensor:
@@ -176,33 +172,33 @@ def test_set_lambda_and_out_of_range():
         with pytest.raises(ConfigError):
             mlm.set_lambda(bad)
         with pytest.raises(ConfigError):
-            MemoryAugmentedLM(mlm.backbone, mlm.memory, lam=bad)
+            MemoryAugmentedForCausalLM.from_parts(mlm.backbone, mlm.memory, lam=bad)
 
 
 def test_fingerprint_layer_and_site_mismatches():
     tokenizer = TinyTokenizer()
     mlm = augmented("llama", tokenizer=tokenizer)
     with pytest.raises(FingerprintMismatch, match="weights_sha"):
-        MemoryAugmentedLM(tiny_backbone("llama", seed=9), mlm.memory, tokenizer=tokenizer)
+        MemoryAugmentedForCausalLM.from_parts(tiny_backbone("llama", seed=9), mlm.memory, tokenizer=tokenizer)
     with pytest.raises(FingerprintMismatch, match="tokenizer_sha"):
-        MemoryAugmentedLM(mlm.backbone, mlm.memory, tokenizer=TinyTokenizer(salt="x"))
+        MemoryAugmentedForCausalLM.from_parts(mlm.backbone, mlm.memory, tokenizer=TinyTokenizer(salt="x"))
     with pytest.raises(FingerprintMismatch, match="layer"):
-        MemoryAugmentedLM(mlm.backbone, mlm.memory, key_layer=0)
+        MemoryAugmentedForCausalLM.from_parts(mlm.backbone, mlm.memory, key_layer=0)
     with pytest.raises(FingerprintMismatch, match="residual"):
-        MemoryAugmentedLM(mlm.backbone, mlm.memory, key_site="residual")
-    MemoryAugmentedLM(mlm.backbone, mlm.memory, key_layer=1.0)  # a depth fraction resolving to the same layer
+        MemoryAugmentedForCausalLM.from_parts(mlm.backbone, mlm.memory, key_site="residual")
+    MemoryAugmentedForCausalLM.from_parts(mlm.backbone, mlm.memory, key_layer=1.0)  # a depth fraction: the same layer
 
 
 def test_from_pretrained_round_trip(tmp_path):
     tokenizer = TinyTokenizer()
     mlm = augmented("gpt2", lam=0.5, tokenizer=tokenizer)
     mlm.memory.save_pretrained(tmp_path / "mem")
-    loaded = MemoryAugmentedLM.from_pretrained(tmp_path / "mem", mlm.backbone, tokenizer, lam=0.5)
+    loaded = MemoryAugmentedForCausalLM.from_memory(tmp_path / "mem", mlm.backbone, tokenizer, lam=0.5)
     x = ids_of(PROMPTS[0])
     with torch.no_grad():
         assert torch.equal(loaded(input_ids=x).logits, mlm(input_ids=x).logits)
     with pytest.raises(FingerprintMismatch):
-        MemoryAugmentedLM.from_pretrained(tmp_path / "mem", tiny_backbone("gpt2", seed=5), tokenizer)
+        MemoryAugmentedForCausalLM.from_memory(tmp_path / "mem", tiny_backbone("gpt2", seed=5), tokenizer)
 
 
 def test_beam_search_lambda_zero_matches_backbone():
@@ -215,7 +211,7 @@ def test_beam_search_lambda_zero_matches_backbone():
 # -- the optimized decode path (fused tied head, one-pass mixing) against a plain reference
 
 
-def tied_augmented(family: str, lam: float, fuse_head: bool | None = None) -> MemoryAugmentedLM:
+def tied_augmented(family: str, lam: float, fuse_head: bool | None = None) -> MemoryAugmentedForCausalLM:
     """A tiny backbone with a memory whose head is the backbone's output embedding (spread hidden states)."""
     from mlpmem.memory import tie_to_backbone
 
@@ -225,17 +221,17 @@ def tied_augmented(family: str, lam: float, fuse_head: bool | None = None) -> Me
     tie_to_backbone(memory, backbone)
     with torch.no_grad():
         memory.norm.weight.mul_(30.0)  # spread p_mem so that the memory changes the greedy path
-    return MemoryAugmentedLM(backbone, memory, lam=lam, fuse_head=fuse_head)
+    return MemoryAugmentedForCausalLM.from_parts(backbone, memory, lam=lam, fuse_head=fuse_head)
 
 
-def plain_mixed_logprobs(mlm: MemoryAugmentedLM, sequence: torch.Tensor) -> torch.Tensor:
+def plain_mixed_logprobs(mlm: MemoryAugmentedForCausalLM, sequence: torch.Tensor) -> torch.Tensor:
     """Reference: one uncached forward without hooks, the memory's own head on every position, and
     log-space mixing of the two log_softmax tensors (mixing.mix_log_probs). (1, T) -> (1, T, V)."""
     with torch.no_grad():
         keys = hand_keys(mlm.backbone, sequence, mlm.key_layer, mlm.key_site)  # (1, T, d)
         logp_lm = F.log_softmax(mlm.backbone(input_ids=sequence).logits.float(), -1)
         logp_mem = F.log_softmax(F.linear(mlm.memory.features(keys), mlm.memory.head.weight).float(), -1)
-    return mix_log_probs(logp_lm, logp_mem, mlm.lam)
+    return mix(logp_lm, logp_mem, mlm.lam, logits=False)
 
 
 def test_tied_head_logits_equal_two_separate_heads():
@@ -251,7 +247,7 @@ def test_tied_head_logits_equal_two_separate_heads():
 def test_fused_head_equals_separate_heads(family, lam):
     fused = tied_augmented(family, lam)
     assert fused.fuse_head
-    separate = MemoryAugmentedLM(fused.backbone, fused.memory, lam=lam, fuse_head=False)
+    separate = MemoryAugmentedForCausalLM.from_parts(fused.backbone, fused.memory, lam=lam, fuse_head=False)
     ids, mask = left_padded(PROMPTS)
     with torch.no_grad():
         a = fused(input_ids=ids, attention_mask=mask).logits
@@ -278,16 +274,16 @@ def test_fuse_head_needs_a_tied_head():
     mlm = augmented("llama", lam=0.5)
     assert not mlm.fuse_head
     with pytest.raises(ConfigError, match="tied"):
-        MemoryAugmentedLM(mlm.backbone, mlm.memory, fuse_head=True)
+        MemoryAugmentedForCausalLM.from_parts(mlm.backbone, mlm.memory, fuse_head=True)
 
 
 def test_mix_logits_equals_log_softmax_mixing():
     torch.manual_seed(0)
     a, b = torch.randn(2, 3, 40) * 10, torch.randn(2, 3, 40) * 10
     for lam in (0.0, 0.2, 1.0):
-        expected = mix_log_probs(F.log_softmax(a, -1), F.log_softmax(b, -1), lam)
-        torch.testing.assert_close(mix_logits(a, b, lam), expected, rtol=0, atol=1e-5)
-    assert torch.equal(mix_logits(a, b, 0.0), F.log_softmax(a, -1))
+        expected = mix(F.log_softmax(a, -1), F.log_softmax(b, -1), lam, logits=False)
+        torch.testing.assert_close(mix(a, b, lam), expected, rtol=0, atol=1e-5)
+    assert torch.equal(mix(a, b, 0.0), F.log_softmax(a, -1))
 
 
 @pytest.mark.parametrize("sample", [False, True])
@@ -318,7 +314,7 @@ def test_bf16_memory_weights_next_to_an_fp32_backbone():
     with torch.no_grad():
         fp32 = fused(input_ids=x).logits
         fused.memory.cast_weights(torch.bfloat16)
-        separate = MemoryAugmentedLM(fused.backbone, fused.memory, lam=0.4, fuse_head=False)
+        separate = MemoryAugmentedForCausalLM.from_parts(fused.backbone, fused.memory, lam=0.4, fuse_head=False)
         a, b = fused(input_ids=x).logits, separate(input_ids=x).logits
     assert a.dtype == torch.float32 and fused.backbone.lm_head.weight.dtype == torch.float32
     torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-5)  # same bf16 hidden states, one fp32 head

@@ -13,7 +13,7 @@ from helpers.paths import ROOT
 from mlpmem.cli import main
 from mlpmem.cli.guard import EXIT_CODES
 from mlpmem.errors import ConfigError
-from mlpmem.inference.augmented_lm import MemoryAugmentedLM
+from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.memory import MemoryConfig, MLPMemory
 from mlpmem.pipeline.config import PipelineConfig
 
@@ -112,8 +112,8 @@ def test_the_python_api_refuses_a_lambda_that_is_no_number(lam, tiny_llama):
                                     num_layers=1))
     keys = dict(key_layer=-1, key_site="ffn_input")
     with pytest.raises(ConfigError, match="real number in"):
-        MemoryAugmentedLM(tiny_llama, memory, lam=lam, **keys)
-    mixed = MemoryAugmentedLM(tiny_llama, memory, lam=0.3, **keys)
+        MemoryAugmentedForCausalLM.from_parts(tiny_llama, memory, lam=lam, **keys)
+    mixed = MemoryAugmentedForCausalLM.from_parts(tiny_llama, memory, lam=0.3, **keys)
     assert mixed.lam == 0.3
     with pytest.raises(ConfigError, match="real number in"):
         mixed.set_lambda(lam)

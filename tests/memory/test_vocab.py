@@ -10,7 +10,7 @@ import torch
 
 from helpers.tiny import VOCAB, tiny_backbone
 from mlpmem.errors import ConfigError
-from mlpmem.inference.augmented_lm import mix_logits
+from mlpmem.inference.mixing import mix
 from mlpmem.memory import MemoryConfig, MLPMemory, tie_to_backbone
 from mlpmem.memory.vocab import corpus_vocabulary, covered_perplexity, index_of, to_head_ids
 from mlpmem.training.config import TrainConfig
@@ -84,9 +84,9 @@ def test_mixing_identities_hold_with_a_corpus_head():
     memory = corpus_memory(backbone, tied=True)
     keys, lm = torch.randn(4, 32), torch.randn(4, VOCAB)
     mem = memory(keys)
-    assert torch.equal(mix_logits(lm, mem, 0.0), torch.log_softmax(lm, -1))
-    assert torch.equal(mix_logits(lm, mem, 1.0), torch.log_softmax(mem, -1))
-    mixed = mix_logits(lm, mem, 0.3)
+    assert torch.equal(mix(lm, mem, 0.0), torch.log_softmax(lm, -1))
+    assert torch.equal(mix(lm, mem, 1.0), torch.log_softmax(mem, -1))
+    mixed = mix(lm, mem, 0.3)
     assert torch.isfinite(mixed).all()  # an uncovered token keeps (1 - lam) p_lm
     torch.testing.assert_close(mixed.exp().sum(-1), torch.ones(4))
     outside = torch.ones(VOCAB, dtype=torch.bool)

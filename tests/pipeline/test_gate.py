@@ -18,8 +18,8 @@ from helpers.runs import copy_run, corpus_of
 from mlpmem.cli import main
 from mlpmem.corpora.documents import document_lengths, make_windows
 from mlpmem.errors import FingerprintMismatch
-from mlpmem.inference.augmented_lm import MemoryAugmentedLM
 from mlpmem.inference.gate_io import GATE_CONFIG, GATE_WEIGHTS, load_gate
+from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.inference.perplexity import perplexity
 from mlpmem.pipeline.config import PipelineConfig
 from mlpmem.pipeline.corpus import split_tokens
@@ -108,7 +108,7 @@ def test_the_gated_model_gives_the_offline_test_perplexity(finished):
     root, common = finished
     run = open_run(root / "run", common)
     model, tokenizer = run.backbone
-    mixed = MemoryAugmentedLM.from_pretrained(run.layout.memory, model, tokenizer, gate_dir=run.layout.gate)
+    mixed = MemoryAugmentedForCausalLM.from_memory(run.layout.memory, model, tokenizer, gate_dir=run.layout.gate)
     docs = split_tokens(run, "test")
     logprobs, lambdas = [], []
     for w in make_windows(document_lengths(docs), run.cfg.corpus.block_size, run.cfg.corpus.stride):
@@ -141,7 +141,8 @@ def test_generate_with_the_gate_continues_the_prompt_as_the_gated_model_does(fin
     run = open_run(root / "run", common)
     model, tokenizer = run.backbone
     memory = gate_stage.load_run_memory(run)
-    mixed = MemoryAugmentedLM(model, memory, lam=0.5, tokenizer=tokenizer, gate=load_gate(run.layout.gate, memory))
+    mixed = MemoryAugmentedForCausalLM.from_parts(model, memory, lam=0.5, tokenizer=tokenizer,
+                                                  gate=load_gate(run.layout.gate, memory))
     inputs = tokenizer(["the cat"], return_tensors="pt")
     out = mixed.generate(**inputs, max_new_tokens=4, do_sample=False, pad_token_id=tokenizer.eos_token_id)
     assert text == tokenizer.decode(out[0], skip_special_tokens=True)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mlpmem.errors import ConfigError
-from mlpmem.inference.mixing import mix_log_probs
+from mlpmem.inference.mixing import mix
 from mlpmem.inference.perplexity import perplexity
 from mlpmem.pipeline.knnlm import (
     EvalSplit,
@@ -45,12 +45,12 @@ def test_lambda_zero_reproduces_backbone_exactly():
 def test_mixing_is_exact_at_the_ends_and_normalised():
     la = torch.log_softmax(torch.randn(3, 11, dtype=torch.float64), -1)
     lb = torch.log_softmax(torch.randn(3, 11, dtype=torch.float64), -1)
-    assert torch.equal(mix_log_probs(la, lb, 0.0), la) and torch.equal(mix_log_probs(la, lb, 1.0), lb)
-    torch.testing.assert_close(torch.logsumexp(mix_log_probs(la, lb, 0.3), -1), torch.zeros(3, dtype=torch.float64))
+    assert torch.equal(mix(la, lb, 0.0, logits=False), la) and torch.equal(mix(la, lb, 1.0, logits=False), lb)
+    torch.testing.assert_close(torch.logsumexp(mix(la, lb, 0.3, logits=False), -1), torch.zeros(3, dtype=torch.float64))
     with pytest.raises(ConfigError, match=r"\[0, 1\]"):
-        mix_log_probs(la, lb, 1.5)
+        mix(la, lb, 1.5, logits=False)
     with pytest.raises(ConfigError):
-        mix_log_probs(la, lb, float("nan"))
+        mix(la, lb, float("nan"), logits=False)
 
 
 def test_sweep_picks_the_minimum():

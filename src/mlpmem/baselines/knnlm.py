@@ -1,6 +1,6 @@
 """kNN-LM as a decoder: at every decoding step, search the datastore and mix (for speed comparisons).
 
-:class:`KnnLMDecoder` mirrors :class:`~mlpmem.inference.augmented_lm.MemoryAugmentedLM`: a key hook in the
+:class:`KnnLMDecoder` mirrors :class:`~mlpmem.inference.hf_model.MemoryAugmentedForCausalLM`: a key hook in the
 backbone's own forward captures f(c_t) at the datastore's layer and site, and a forward hook on the backbone replaces
 ``output.logits`` (B, T_keep, V) by
 
@@ -27,11 +27,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mlpmem.backbone import KeyHook, check_fingerprint
+from mlpmem.backbone import KeyHook, check_fingerprint, keep_positions
 from mlpmem.datastore import KeyStore
 from mlpmem.errors import ConfigError, FingerprintMismatch, MlpmemError
 from mlpmem.index import FaissIndex, IndexConfig
-from mlpmem.inference.augmented_lm import BackboneWrapper, _keep_positions
+from mlpmem.inference.hooks import BackboneWrapper
 from mlpmem.inference.mixing import check_lambda
 from mlpmem.teacher import exclude_and_weight, token_totals
 from mlpmem.utils.shards import (
@@ -194,7 +194,7 @@ class KnnLMDecoder(BackboneWrapper):
         if keys is None:
             raise MlpmemError(f"no key was captured at layer {self.layer} ({self.site})")
         lm_logits = output.logits  # (B, T_keep, V)
-        output.logits = self.mix(lm_logits, _keep_positions(keys, lm_logits, kwargs.get("logits_to_keep")))
+        output.logits = self.mix(lm_logits, keep_positions(keys, lm_logits, kwargs.get("logits_to_keep")))
         return output
 
     def mix(self, lm_logits: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,7 @@ uses (λ, k, T; the fine-tuning record) and what it costs besides the backbone.
   - ``rag-dense`` / ``rag-bm25``: the backbone with passages of ``options.docs`` retrieved into the prompt;
   - ``cpt`` / ``lora``: a copy of the backbone fine-tuned on ``options.docs`` (LoRA rank matched to the run's
     memory unless ``options.lora_params`` is given);
-  - ``memory``: :class:`~mlpmem.inference.augmented_lm.MemoryAugmentedLM` with the run's trained memory;
+  - ``memory``: :class:`~mlpmem.inference.hf_model.MemoryAugmentedForCausalLM` with the run's trained memory;
   - ``memory-gate``: the same with the run's learned gate (``mlpmem gate``, in ``run_dir/gate``): λ_t per
     position instead of one λ, so nothing is tuned.
 
@@ -40,8 +40,8 @@ from mlpmem.baselines.rag import RAG, RAGConfig
 from mlpmem.datastore import KeyStore
 from mlpmem.errors import ConfigError
 from mlpmem.index import ExactIndex
-from mlpmem.inference.augmented_lm import MemoryAugmentedLM
 from mlpmem.inference.gate_io import load_gate
+from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.inference.prompts import qa_prompt
 from mlpmem.utils.io import dir_bytes
 from mlpmem.utils.shards import read_json
@@ -222,7 +222,7 @@ def _memory(run_dir, backbone, options: MethodOptions) -> Built:
     evaluated = options.lam is None or (run_dir / "results.json").exists()  # a given λ needs no evaluated run
     results = run_results(run_dir) if evaluated else {}
     lam = results["lambda"] if options.lam is None else options.lam
-    mixed = MemoryAugmentedLM.from_pretrained(run_dir / "memory", backbone[0], backbone[1], lam=lam)
+    mixed = MemoryAugmentedForCausalLM.from_memory(run_dir / "memory", backbone[0], backbone[1], lam=lam)
     offline = sum(_stage_seconds(run_dir, s) or 0.0 for s in ("keys_train", "teacher", "train"))
     cost = {"trainable_parameters": results.get("memory_trainable_parameters"), "train_seconds": offline,
             "train_seconds_memory_only": _stage_seconds(run_dir, "train"),

@@ -13,8 +13,8 @@ from pathlib import Path
 from mlpmem.compute import model_device
 from mlpmem.errors import MlpmemError
 from mlpmem.experiments.ablation import run_study, study_table, write_study_report
-from mlpmem.inference.augmented_lm import MemoryAugmentedLM
 from mlpmem.inference.gate_io import load_gate
+from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.pipeline import records, require, run_pipeline, run_stage
 from mlpmem.pipeline.config import PipelineConfig
 from mlpmem.pipeline.evaluate import load_memory
@@ -149,7 +149,7 @@ def generate(args: argparse.Namespace) -> None:
     model, tokenizer = the_run.backbone
     memory = load_memory(the_run)
     gate = load_gate(the_run.layout.gate, memory) if args.gate else None
-    mixed = MemoryAugmentedLM(model, memory, lam=lam, tokenizer=tokenizer, gate=gate)
+    mixed = MemoryAugmentedForCausalLM.from_parts(model, memory, lam=lam, tokenizer=tokenizer, gate=gate)
     inputs = tokenizer([args.prompt], return_tensors="pt").to(model_device(model))
     if inputs["input_ids"].shape[1] == 0:
         raise MlpmemError("--prompt encodes to no token with this tokenizer: give some text")

@@ -225,11 +225,11 @@ def _build(args: MethodArgs, run=None) -> Loaded:
         model = MemoryAugmentedForCausalLM.from_pretrained(args.pretrained)
         if args.lam != AUTO:
             model.set_lambda(args.lam)
-        return Loaded(model, model.tokenizer, lam=model.lam, mixer=model.mixer)
+        return Loaded(model, model.tokenizer, lam=model.lam, mixer=model)
     run = run or open_run(args.run)
     if args.method == "memory":
         model = augmented_from_run(run, args.lam, args.gate, args.gate_offset, args.gate_dir, args.gate_floor)
-        return Loaded(model, model.tokenizer, lam=model.lam, mixer=model.mixer)
+        return Loaded(model, model.tokenizer, lam=model.lam, mixer=model)
     backbone, tokenizer = run.backbone
     if args.method == "backbone":
         return Loaded(backbone, tokenizer)

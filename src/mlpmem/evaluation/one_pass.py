@@ -4,8 +4,8 @@ The backbone, the memory (at a fixed λ or with a gate) and kNN-LM all read the 
 and its hidden state at the run's key layer and site (the datastore's keys, which the memory was trained on). So
 instead of one backbone pass per method, :class:`OnePass` runs the backbone once with a
 :class:`~mlpmem.backbone.KeyHook` and hands the logits and keys to every method's own mixing
-(``mixer.mix(lm_logits, keys)``: :meth:`MemoryAugmentedLM.mix
-<mlpmem.inference.augmented_lm.MemoryAugmentedLM.mix>`, :meth:`KnnLMDecoder.mix
+(``mixer.mix(lm_logits, keys)``: :meth:`MemoryAugmentedForCausalLM.mix
+<mlpmem.inference.hf_model.MemoryAugmentedForCausalLM.mix>`, :meth:`KnnLMDecoder.mix
 <mlpmem.baselines.knnlm.KnnLMDecoder.mix>`; the backbone's own log-softmax), through the shared-context path of
 :mod:`mlpmem.evaluation.shared_context` (each context runs once, every continuation on its cache).
 
@@ -28,12 +28,11 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.utils import simple_parse_args_string
 from torch import nn
 
-from mlpmem.backbone import KeyHook
+from mlpmem.backbone import KeyHook, keep_positions
 from mlpmem.compute import autocast, inference_scope
 from mlpmem.errors import ConfigError
 from mlpmem.evaluation.methods import MethodArgs, build_model
 from mlpmem.evaluation.shared_context import forward_on_cache, shared_context_loglikelihood, shared_groups
-from mlpmem.inference.augmented_lm import _keep_positions
 from mlpmem.pipeline.hf_export import open_run
 
 ONE_PASS_METHODS = ("backbone", "memory", "knnlm")
@@ -105,7 +104,7 @@ class OnePass:
         with torch.no_grad(), autocast(self.backbone, self.precision):
             with hook or contextlib.nullcontext():
                 out = forward_on_cache(self.backbone, ids, past, last_only)
-            keys = None if hook is None else _keep_positions(hook.keys, out.logits, 1 if last_only else 0)
+            keys = None if hook is None else keep_positions(hook.keys, out.logits, 1 if last_only else 0)
             mixed = [self.mix[label](out.logits, keys).float() for label in self.labels]
         self.passes += 1
         return torch.stack(mixed), out.cache

@@ -22,12 +22,13 @@ A corpus head's p_mem is exactly 0 outside its tokens (logits -inf): entropies l
 
 Exactness. The gate runs in float64 (a few hundred weights, one row per kept position). The log-weights
 log λ_t = logsigmoid(z) and log(1 - λ_t) = logsigmoid(-z) are rounded to fp32 and added the way
-:func:`~mlpmem.inference.augmented_lm.mix_logits` adds its scalars, so a constant gate (zero output
+:func:`~mlpmem.inference.mixing.mix` adds a fixed λ's, so a constant gate (zero output
 weights, bias logit(c)) gives the fixed-λ = c mixture bit for bit whenever fp32 rounds the float64 logs of
 c and 1 - c as it rounds Python's (for practically every c). A sigmoid never reaches 0 or 1: λ_t is in (0, 1),
 unless a floor is set (:meth:`Gate.set_floor`): then wherever the gate as trained (before its offset) gives a λ_t
-below the floor, λ_t is exactly 0 and the mixture is the backbone's distribution exactly (no log(1 - λ_t) lowers
-the tokens the memory does not predict). The floor says where the memory may speak, the offset how loudly.
+below the floor, z is -inf (:meth:`Gate.mixing_logits`), λ_t is exactly 0 and the mixture is the backbone's
+distribution exactly (no log(1 - λ_t) lowers the tokens the memory does not predict). The floor says where the
+memory may speak, the offset how loudly.
 """
 
 from __future__ import annotations
@@ -184,44 +185,13 @@ class Gate(nn.Module):
             x = F.silu(self.hidden(x))  # (..., H)
         return self.out(x)[..., 0] + self.offset  # (...,)
 
-    def lam(self, features: torch.Tensor, keys: torch.Tensor | None = None) -> torch.Tensor:
-        """λ_t = sigmoid(z) (...,) float64, in (0, 1); exactly 0 below the floor."""
+    def mixing_logits(self, features: torch.Tensor, keys: torch.Tensor | None = None) -> torch.Tensor:
+        """The gate's logits z (...,) float64 as :func:`~mlpmem.inference.mixing.mix` takes them: λ_t = sigmoid(z),
+        and -inf below the floor (λ_t exactly 0)."""
         z = self(features, keys)
         closed = self.closed(z)
-        return torch.sigmoid(z) if closed is None else torch.sigmoid(z).masked_fill(closed, 0.0)
+        return z if closed is None else z.masked_fill(closed, -math.inf)
 
-
-def log_weights(z: torch.Tensor, closed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log(1 - λ), log λ) of gate logits z, both without cancellation: logsigmoid(-z), logsigmoid(z); where
-    ``closed`` (:meth:`Gate.closed`), (0, -inf): λ = 0 exactly."""
-    log_1m, log_lam = F.logsigmoid(-z), F.logsigmoid(z)
-    if closed is None:
-        return log_1m, log_lam
-    return log_1m.masked_fill(closed, 0.0), log_lam.masked_fill(closed, -math.inf)
-
-
-def gated_target_logprob(lp_lm: torch.Tensor, lp_mem: torch.Tensor, z: torch.Tensor,
-                         closed: torch.Tensor | None = None) -> torch.Tensor:
-    """log((1 - λ_t) p_lm(y_t) + λ_t p_mem(y_t)) from the targets' log-probs (n,) and gate logits z (n,) (λ_t = 0
-    where ``closed``)."""
-    log_1m, log_lam = log_weights(z.double(), closed)
-    return torch.logaddexp(lp_lm.double() + log_1m, lp_mem.double() + log_lam)  # (n,)
-
-
-def gated_mix_logits(lm_logits: torch.Tensor, mem_logits: torch.Tensor, gate: Gate,
-                     keys: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log((1 - λ_t) softmax(lm) + λ_t softmax(mem)) fp32 (..., V), λ_t (...,)) with λ_t from ``gate``.
-
-    One logsumexp per distribution serves both the features and the mixture, which is computed like
-    :func:`~mlpmem.inference.augmented_lm.mix_logits` with per-row offsets in place of its scalar ones.
-    """
-    lm, mem = lm_logits.float(), mem_logits.float()  # (..., V) each
-    lse_lm = torch.logsumexp(lm, dim=-1, keepdim=True)  # (..., 1)
-    lse_mem = torch.logsumexp(mem, dim=-1, keepdim=True)
-    features = features_from_logits(lm, mem, lse_lm, lse_mem)  # (..., F)
-    z = gate(features, keys)  # (...,) float64
-    closed = gate.closed(z)
-    log_1m, log_lam = (w.to(lm.dtype)[..., None] for w in log_weights(z, closed))  # (..., 1) each
-    mixed = torch.logaddexp(lm + (log_1m - lse_lm), mem + (log_lam - lse_mem))  # (..., V)
-    lam = torch.sigmoid(z)
-    return mixed, lam if closed is None else lam.masked_fill(closed, 0.0)
+    def lam(self, features: torch.Tensor, keys: torch.Tensor | None = None) -> torch.Tensor:
+        """λ_t = sigmoid(z) (...,) float64, in (0, 1); exactly 0 below the floor."""
+        return torch.sigmoid(self.mixing_logits(features, keys))

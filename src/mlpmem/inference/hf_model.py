@@ -1,11 +1,12 @@
 """The memory-augmented LM as a transformers model: ``MemoryAugmentedForCausalLM``, saved as one folder.
 
-It wraps a :class:`~mlpmem.inference.augmented_lm.MemoryAugmentedLM` (the hooks that mix the memory into the
-backbone's own forward) and delegates to it: ``forward`` returns the mixed log-probabilities as ``logits``
-and ``generate`` is the backbone's stock ``generate`` run under the hooks (greedy, sampling, beam search,
-batches with left padding, KV cache), so the mixing exists once. Being a ``PreTrainedModel`` it has what
-transformers' tools expect of a model (``device``, ``config``, ``generation_config``): ``pipeline(
-"text-generation", model=...)`` and lm-evaluation-harness's ``hf`` model type take it as it is.
+A frozen causal LM whose next-token distribution is mixed with an MLP Memory's, p = (1 - λ) p_lm + λ p_mem, in
+ONE backbone pass (the hooks of :mod:`mlpmem.inference.hooks`): ``forward`` returns the mixed log-probabilities
+as ``logits`` and ``generate`` is the backbone's stock ``generate`` run under the hooks (greedy, sampling, beam
+search, batches with left padding, KV cache), with the fused tied head and the learned gate on every path.
+Being a ``PreTrainedModel`` it has what transformers' tools expect of a model (``device``, ``config``,
+``generation_config``): ``pipeline("text-generation", model=...)`` and lm-evaluation-harness's ``hf`` model type
+take it as it is.
 
 A saved folder::
 
@@ -17,10 +18,9 @@ A saved folder::
       gate/                    the learned gate, if any (gate.json + gate.safetensors, bound to the memory)
       backbone/                the backbone itself, only when saved with ``copy_backbone=True``
 
-Importing this module registers the ``mlpmem`` model type with ``AutoConfig`` and ``AutoModelForCausalLM``
-(as :mod:`mlpmem.mosaics` registers Memory Mosaics), so ``AutoModelForCausalLM.from_pretrained(folder)`` works
-once ``import mlpmem.inference.hf_model`` (or ``import mlpmem.evaluation.harness``) has run; there is no
-remote code.
+Importing this module registers the ``mlpmem`` model type with ``AutoConfig`` and ``AutoModelForCausalLM``,
+so ``AutoModelForCausalLM.from_pretrained(folder)`` works once ``import mlpmem.inference.hf_model`` (or
+``import mlpmem.evaluation.harness``) has run; there is no remote code.
 """
 
 from __future__ import annotations
@@ -31,64 +31,61 @@ import shutil
 from pathlib import Path
 
 import torch
+from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, PreTrainedModel
 
-from mlpmem.backbone import check_fingerprint, fingerprint, load_backbone
-from mlpmem.compute import model_device
-from mlpmem.errors import ConfigError, CorruptArtifact, MlpmemError
-from mlpmem.inference.augmented_lm import MemoryAugmentedLM
+from mlpmem.backbone import SITES, check_fingerprint, fingerprint, resolve_layer
+from mlpmem.errors import ConfigError, CorruptArtifact, FingerprintMismatch
+from mlpmem.inference.gate import Gate
 from mlpmem.inference.gate_io import load_gate, save_gate
 from mlpmem.inference.hf_config import BACKBONE_COPY, MODEL_TYPE, MemoryAugmentedConfig
+from mlpmem.inference.hf_folder import (
+    GATE_DIR,
+    MEMORY_DIR,
+    backbone_reference,
+    check_replaceable,
+    context_length,
+    load_folder_memory,
+    load_named_backbone,
+    read_config,
+    single_device,
+    torch_dtype,
+)
+from mlpmem.inference.hooks import BackboneWrapper, MixingHooks
+from mlpmem.inference.mixing import check_lambda
 from mlpmem.memory import MLPMemory
-from mlpmem.memory.io import CONFIG_NAME, WEIGHTS_NAME, save_memory
-from mlpmem.utils.checksums import record_folder, verify_folder
+from mlpmem.memory.io import CONFIG_NAME, WEIGHTS_NAME, save_memory, verify_backbone
+from mlpmem.utils.checksums import record_folder
 from mlpmem.utils.io import replace_dir
 
-MEMORY_DIR = "memory"
-GATE_DIR = "gate"
 
-
-def backbone_reference(backbone, name: str | None = None) -> str | None:
-    """How a saved folder names ``backbone``: ``name``, else the name ``load_backbone`` gave it, else its
-    ``name_or_path``; a local folder as an absolute path (the saved folder loads from any working directory)."""
-    ref = name or getattr(backbone, "mlpmem_name", None) or getattr(backbone.config, "name_or_path", None) or None
-    if ref is not None and Path(ref).expanduser().is_dir():
-        return str(Path(ref).expanduser().resolve())
-    return ref
-
-
-def _torch_dtype(dtype) -> torch.dtype:
-    """The backbone's dtype from a ``from_pretrained`` argument (None / "auto": fp32, the mlpmem default)."""
-    if dtype is None or dtype == "auto":
-        return torch.float32
-    if isinstance(dtype, str):
-        dtype = getattr(torch, dtype, None)
-    if not isinstance(dtype, torch.dtype):
-        raise ConfigError(f"dtype must be a torch dtype or its name, got {dtype!r}")
-    return dtype
-
-
-class MemoryAugmentedForCausalLM(PreTrainedModel, GenerationMixin):
+class MemoryAugmentedForCausalLM(MixingHooks, BackboneWrapper, PreTrainedModel, GenerationMixin):
     """A frozen causal LM mixed with an MLP Memory (fixed λ or a learned gate), as a transformers model.
 
-    Build it with :meth:`from_augmented` (a :class:`MemoryAugmentedLM` and its tokenizer),
-    :meth:`from_pretrained` (a saved folder) or :func:`mlpmem.pipeline.hf_export.augmented_from_run` (a
-    finished run folder). The parameters are the backbone's and the memory's (and the gate's), under
-    ``mixer.``; ``forward`` and ``generate`` are :class:`MemoryAugmentedLM`'s.
+    Build it with :meth:`from_parts` (a backbone and a memory), :meth:`from_memory` (a saved memory folder next to
+    a backbone), :meth:`from_pretrained` (a folder :meth:`save_pretrained` wrote) or
+    :func:`mlpmem.pipeline.hf_export.augmented_from_run` (a finished run folder). The parameters are the
+    backbone's, the memory's and the gate's (``backbone.``, ``memory.``, ``gate.``); ``config.lam`` is λ.
     """
 
     config_class = MemoryAugmentedConfig
-    base_model_prefix = "mixer"
+    base_model_prefix = "backbone"
     main_input_name = "input_ids"
 
-    def __init__(self, config: MemoryAugmentedConfig, mixer: MemoryAugmentedLM | None = None, tokenizer=None):
-        if mixer is None:
-            raise ConfigError("MemoryAugmentedForCausalLM needs a trained memory: use from_pretrained(folder), "
-                              "from_augmented(...) or mlpmem.pipeline.hf_export.augmented_from_run(run_dir)")
+    def __init__(self, config: MemoryAugmentedConfig, backbone: nn.Module | None = None,
+                 memory: MLPMemory | None = None, tokenizer=None, gate: Gate | None = None,
+                 fuse_head: bool | None = None):
+        if backbone is None or memory is None:
+            raise ConfigError("MemoryAugmentedForCausalLM needs a backbone and a trained memory: use "
+                              "from_parts(...), from_pretrained(folder) or "
+                              "mlpmem.pipeline.hf_export.augmented_from_run(run_dir)")
         super().__init__(config)
-        self.mixer = mixer
-        self.tokenizer = tokenizer
-        self.generation_config = mixer.backbone.generation_config  # one object: what generate really uses
+        self.backbone, self.memory, self.tokenizer = backbone, memory, tokenizer
+        self.generation_config = backbone.generation_config  # one object: what generate really uses
+        self.fuse_head = self._resolve_fuse_head(fuse_head)
+        self._reset_hooks()
+        self.gate: Gate | None = None
+        self.set_gate(gate)
         self.post_init()
 
     def init_weights(self):
@@ -97,28 +94,87 @@ class MemoryAugmentedForCausalLM(PreTrainedModel, GenerationMixin):
     def tie_weights(self, *args, **kwargs):
         """Nothing to tie: the backbone tied its weights when it loaded, and a tied memory head IS its embedding."""
 
-    # -- the wrapped pieces
+    @classmethod
+    def from_parts(cls, backbone: nn.Module, memory: MLPMemory, lam: float = 0.5, key_layer: int | float | None = None,
+                   key_site: str | None = None, tokenizer=None, fuse_head: bool | None = None,
+                   gate: Gate | None = None, backbone_name: str | None = None) -> MemoryAugmentedForCausalLM:
+        """``memory`` mixed into ``backbone`` at ``lam`` (or at the ``gate``'s λ_t), in eval mode.
 
-    @property
-    def backbone(self):
-        return self.mixer.backbone
+        ``key_layer``/``key_site`` default to the ones recorded in ``memory.config``; if both are given they
+        must agree (else FingerprintMismatch), as must the recorded backbone fingerprint (``tokenizer`` optional:
+        without it the tokenizer part is not checked, and the model cannot be saved). ``fuse_head`` (default:
+        whenever the memory's head is tied to the backbone's output embedding) computes both vocabulary
+        projections in one matrix product; ``False`` runs the memory's own head separately (same result up to
+        rounding). ``backbone_name`` is how a save refers to the backbone (default: :func:`backbone_reference`).
+        """
+        if memory.config.backbone is not None:
+            verify_backbone(memory.config.backbone, backbone, tokenizer, "the memory")
+        vocab = int(backbone.get_output_embeddings().weight.shape[0])
+        if vocab != memory.config.vocab_size:
+            raise ConfigError(f"memory vocab_size {memory.config.vocab_size} differs from the backbone's {vocab}")
+        config = MemoryAugmentedConfig(
+            backbone=backbone_reference(backbone, backbone_name),
+            backbone_fingerprint=None if tokenizer is None else fingerprint(backbone, tokenizer),
+            lam=lam, gate=gate is not None, key_layer=_key_layer(backbone, memory, key_layer),
+            key_site=_key_site(memory, key_site), max_position_embeddings=context_length(backbone.config),
+            vocab_size=vocab,
+        )
+        return cls(config, backbone, memory, tokenizer, gate, fuse_head).eval()
 
-    @property
-    def memory(self) -> MLPMemory:
-        return self.mixer.memory
+    @classmethod
+    def from_memory(cls, memory_dir: str | os.PathLike, backbone: nn.Module, tokenizer=None, lam: float = 0.5,
+                    gate_dir: str | os.PathLike | None = None, **kwargs) -> MemoryAugmentedForCausalLM:
+        """A saved memory folder loaded next to ``backbone`` (fingerprint checked) on the backbone's device, and the
+        gate saved in ``gate_dir`` if given (refused unless it was trained with this memory); ``kwargs`` as for
+        :meth:`from_parts`."""
+        memory = MLPMemory.from_pretrained(memory_dir, backbone, tokenizer)
+        gate = None if gate_dir is None else load_gate(gate_dir, memory)
+        memory.to(next(backbone.parameters()).device).eval()
+        return cls.from_parts(backbone, memory, lam=lam, tokenizer=tokenizer, gate=gate, **kwargs)
 
-    @property
-    def gate(self):
-        return self.mixer.gate
+    # -- λ and the gate
 
     @property
     def lam(self) -> float:
-        return self.mixer.lam
+        return self.config.lam
+
+    @property
+    def key_layer(self) -> int:
+        return self.config.key_layer
+
+    @property
+    def key_site(self) -> str:
+        return self.config.key_site
 
     def set_lambda(self, lam: float) -> None:
-        """Set the fixed λ of p_mem (also in the config, so a save keeps it)."""
-        self.mixer.set_lambda(lam)
-        self.config.lam = self.mixer.lam
+        """Set the fixed λ of p_mem (in [0, 1], kept in the config so a save keeps it); with a gate set, the
+        gate's λ_t are used instead."""
+        self.config.lam = check_lambda(lam, "lam")
+
+    def set_gate(self, gate: Gate | None) -> None:
+        """Mix with the gate's λ_t per position (moved to the backbone's device), or with the fixed λ again
+        (``None``)."""
+        if gate is not None:
+            if gate.uses_keys and gate.key_size != self.memory.config.input_size:
+                raise ConfigError(f"the gate reads keys of size {gate.key_size}, the memory's are "
+                                  f"{self.memory.config.input_size}")
+            gate = gate.to(next(self.backbone.parameters()).device).eval()
+        self.gate = gate
+        self.config.gate = gate is not None
+
+    @property
+    def memory_needed(self) -> bool:
+        """Whether the memory runs at all: with a gate, or with λ > 0."""
+        return self.gate is not None or self.lam != 0.0
+
+    def _resolve_fuse_head(self, fuse_head: bool | None) -> bool:
+        head = self.backbone.get_output_embeddings()
+        shared = self.memory.config.tie_head and self.memory.head.weight is head.weight
+        if fuse_head and not shared:
+            raise ConfigError("fuse_head needs a memory head tied to the backbone's output embedding")
+        return shared if fuse_head is None else bool(fuse_head)
+
+    # -- running
 
     def get_input_embeddings(self):
         return self.backbone.get_input_embeddings()
@@ -128,31 +184,18 @@ class MemoryAugmentedForCausalLM(PreTrainedModel, GenerationMixin):
 
     def forward(self, input_ids=None, attention_mask=None, **kwargs):
         """The backbone's forward with log((1 - λ) p_LM + λ p_mem) as ``logits`` (and the loss on them)."""
-        return self.mixer(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        with self.active():
+            return self.backbone(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
 
     @torch.no_grad()
     def generate(self, inputs=None, **kwargs):
         """The backbone's stock ``generate`` on the mixed distribution (every decoding strategy, KV cache)."""
         if inputs is not None:
             kwargs["inputs"] = inputs
-        return self.mixer.generate(**kwargs)
+        with self.active():
+            return self.backbone.generate(**kwargs)
 
-    # -- building
-
-    @classmethod
-    def from_augmented(cls, mixed: MemoryAugmentedLM, tokenizer, backbone: str | None = None
-                       ) -> MemoryAugmentedForCausalLM:
-        """Wrap ``mixed`` (its backbone named ``backbone``, default: as :func:`backbone_reference` finds it)."""
-        if tokenizer is None:
-            raise ConfigError("MemoryAugmentedForCausalLM needs the backbone's tokenizer (fingerprint and save)")
-        model = mixed.backbone
-        config = MemoryAugmentedConfig(
-            backbone=backbone_reference(model, backbone), backbone_fingerprint=fingerprint(model, tokenizer),
-            lam=mixed.lam, gate=mixed.gate is not None, key_layer=mixed.key_layer, key_site=mixed.key_site,
-            max_position_embeddings=_context_length(model.config),
-            vocab_size=int(model.get_output_embeddings().weight.shape[0]),
-        )
-        return cls(config, mixed, tokenizer).eval()
+    # -- loading and saving
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, config=None, dtype=None,
@@ -168,18 +211,16 @@ class MemoryAugmentedForCausalLM(PreTrainedModel, GenerationMixin):
         name = str(folder / BACKBONE_COPY) if config.backbone_copied else config.backbone
         if name is None:
             raise CorruptArtifact(f"{folder / 'config.json'} names no backbone")
-        model, tokenizer = _load_backbone(name, _torch_dtype(dtype))
+        model, tokenizer = load_named_backbone(name, torch_dtype(dtype))
         if config.backbone_fingerprint is not None:
             check_fingerprint(config.backbone_fingerprint, fingerprint(model, tokenizer), f"the model in {folder}")
-        memory = _load_memory(folder, model, tokenizer)
+        memory = load_folder_memory(folder, model, tokenizer)
         gate = load_gate(folder / GATE_DIR, memory) if config.gate else None
-        mixed = MemoryAugmentedLM(model, memory, lam=config.lam, key_layer=config.key_layer,
-                                  key_site=config.key_site, tokenizer=tokenizer, gate=gate)
-        wrapped = cls(config, mixed, tokenizer).eval()
-        device = _single_device(device_map)
-        return wrapped if device is None else wrapped.to(device)
-
-    # -- saving
+        _key_layer(model, memory, config.key_layer)  # the folder's layer and site must be the memory's
+        _key_site(memory, config.key_site)
+        loaded = cls(config, model, memory, tokenizer, gate).eval()
+        device = single_device(device_map)
+        return loaded if device is None else loaded.to(device)
 
     def save_pretrained(self, save_directory, copy_backbone: bool = False, **kwargs) -> Path:
         """Write the folder (see the module docstring) atomically: ``save_directory`` is replaced whole.
@@ -187,10 +228,12 @@ class MemoryAugmentedForCausalLM(PreTrainedModel, GenerationMixin):
         The backbone is saved by reference unless ``copy_backbone`` (then into ``backbone/``); other keyword
         arguments of transformers' ``save_pretrained`` are accepted and ignored.
         """
+        if self.tokenizer is None:
+            raise ConfigError("saving needs the backbone's tokenizer: build the model with tokenizer=...")
         target = Path(save_directory)
-        _check_replaceable(target)
+        check_replaceable(target)
         config = copy.deepcopy(self.config)
-        config.lam, config.gate, config.backbone_copied = self.mixer.lam, self.gate is not None, copy_backbone
+        config.lam, config.gate, config.backbone_copied = self.lam, self.gate is not None, copy_backbone
         if not copy_backbone and config.backbone is None:
             raise ConfigError("the backbone has no name or folder to refer to: save with copy_backbone=True")
         tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
@@ -215,70 +258,26 @@ class MemoryAugmentedForCausalLM(PreTrainedModel, GenerationMixin):
         config.save_pretrained(folder)
 
 
-def _context_length(config) -> int | None:
-    for name in ("max_position_embeddings", "n_positions", "n_ctx"):
-        if getattr(config, name, None) is not None:
-            return int(getattr(config, name))
-    return None
+def _key_layer(backbone: nn.Module, memory: MLPMemory, key_layer: int | float | None) -> int:
+    """The layer the memory reads: the one it records, which ``key_layer`` (if given) must resolve to."""
+    recorded = memory.config.key_layer
+    if key_layer is None and recorded is None:
+        raise ConfigError("key_layer is needed: the memory config does not record one")
+    layer = resolve_layer(backbone, recorded if key_layer is None else key_layer)
+    if recorded is not None and layer != recorded:
+        raise FingerprintMismatch(f"the memory was trained on keys of layer {recorded}, not layer {layer}")
+    return layer
 
 
-def read_config(folder: Path) -> MemoryAugmentedConfig:
-    """The ``config.json`` of a saved folder, refused in one line if missing, unreadable or not an mlpmem one."""
-    path = folder / "config.json"
-    if not path.is_file():
-        raise CorruptArtifact(f"{folder} is not a saved memory-augmented model: {path} is missing")
-    try:
-        raw = MemoryAugmentedConfig.get_config_dict(str(folder))[0]
-        if raw.get("model_type") != MODEL_TYPE:
-            raise CorruptArtifact(f"{path} is a {raw.get('model_type')!r} model, not a memory-augmented one "
-                                  f"(model_type {MODEL_TYPE!r})")
-        return MemoryAugmentedConfig.from_dict(raw)
-    except (OSError, ValueError) as exc:  # JSON errors and ConfigError are ValueErrors
-        if isinstance(exc, MlpmemError):
-            raise
-        raise CorruptArtifact(f"{path}: unreadable ({str(exc).splitlines()[0]})") from None
-
-
-def _load_backbone(name: str, dtype: torch.dtype):
-    """``load_backbone(name)``, with the hub client's own errors for a name that is no folder made one line."""
-    try:
-        return load_backbone(name, dtype=dtype)
-    except ValueError as exc:
-        if isinstance(exc, MlpmemError):
-            raise
-        raise MlpmemError(f"cannot load backbone {name!r}: {str(exc).splitlines()[0]}") from None
-
-
-def _load_memory(folder: Path, model, tokenizer) -> MLPMemory:
-    """The folder's memory: present, matching its recorded checksums, built on ``model``; on its device."""
-    memory_dir = folder / MEMORY_DIR
-    if not (memory_dir / CONFIG_NAME).is_file():
-        raise CorruptArtifact(f"{folder} holds no memory: {memory_dir / CONFIG_NAME} is missing")
-    verify_folder(memory_dir, f"memory {memory_dir}")
-    memory = MLPMemory.from_pretrained(memory_dir, model, tokenizer)
-    return memory.to(model_device(model)).eval()
-
-
-def _single_device(device_map):
-    """The one device a ``device_map`` names (None: leave the model where it loaded)."""
-    if device_map is None or device_map == "auto":
-        return None
-    if isinstance(device_map, dict):
-        devices = set(device_map.values())
-        if len(devices) != 1:
-            raise ConfigError(f"a memory-augmented model runs on one device, got device_map {device_map}")
-        device_map = devices.pop()
-    return torch.device(device_map if not isinstance(device_map, int) else f"cuda:{device_map}")
-
-
-def _check_replaceable(target: Path) -> None:
-    """Refuse to replace anything but a previous save (or an empty folder): the save replaces the folder whole."""
-    if not target.exists():
-        return
-    if not target.is_dir():
-        raise ConfigError(f"cannot save to {target}: it exists and is not a folder")
-    if any(target.iterdir()) and not (target / MEMORY_DIR).is_dir():
-        raise ConfigError(f"refusing to replace {target}: it holds files and is not a saved memory-augmented model")
+def _key_site(memory: MLPMemory, key_site: str | None) -> str:
+    """The site the memory reads: the one it records, which ``key_site`` (if given) must be."""
+    recorded = memory.config.key_site
+    site = key_site or recorded or "ffn_input"
+    if site not in SITES:
+        raise ConfigError(f"key_site must be one of {SITES}, got {site!r}")
+    if recorded is not None and site != recorded:
+        raise FingerprintMismatch(f"the memory was trained on {recorded!r} keys, not {site!r}")
+    return site
 
 
 AutoConfig.register(MODEL_TYPE, MemoryAugmentedConfig, exist_ok=True)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import torch
 
-from mlpmem.inference.mixing import mix_log_probs
+from mlpmem.inference.mixing import mix
 
 
 def perplexity(logprobs: np.ndarray | torch.Tensor) -> float:
@@ -22,7 +22,7 @@ def lambda_curve(lp_a, lp_b, lambdas) -> dict[float, float]:
     """Perplexity of ``(1 − λ)·p_a + λ·p_b`` for each λ, from per-token log-probs of the target."""
     a = torch.as_tensor(np.asarray(lp_a), dtype=torch.float64)
     b = torch.as_tensor(np.asarray(lp_b), dtype=torch.float64)
-    return {lam: perplexity(mix_log_probs(a, b, lam)) for lam in lambdas}
+    return {lam: perplexity(mix(a, b, lam, logits=False)) for lam in lambdas}
 
 
 def best_lambda(curve: dict[float, float]) -> float:

@@ -32,7 +32,7 @@ from mlpmem.corpora.documents import doc_start_token
 from mlpmem.datastore import KeyStore
 from mlpmem.errors import MlpmemError
 from mlpmem.index import IndexConfig, open_or_build
-from mlpmem.inference.augmented_lm import MemoryAugmentedLM
+from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.maintenance.config import ExplainConfig
 from mlpmem.maintenance.documents import Holdings
 from mlpmem.maintenance.finetune import load_memory
@@ -125,7 +125,7 @@ def sequence(run: Run, memory, prompt: str, max_new_tokens: int, lam: float) -> 
     given = torch.tensor([[doc_start_token(tokenizer), *ids]], device=model_device(model))
     if max_new_tokens < 1:
         return given, given.shape[1]
-    mixed = MemoryAugmentedLM(model, memory, lam=lam, tokenizer=tokenizer)
+    mixed = MemoryAugmentedForCausalLM.from_parts(model, memory, lam=lam, tokenizer=tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     out = mixed.generate(input_ids=given, attention_mask=torch.ones_like(given), max_new_tokens=max_new_tokens,
                          do_sample=False, pad_token_id=pad)

@@ -32,17 +32,15 @@ from mlpmem.compute import autocast, model_device
 from mlpmem.corpora.documents import corpus_hash, document_lengths, make_windows
 from mlpmem.datastore import KeyStore, pad_windows
 from mlpmem.errors import CorruptArtifact, MlpmemError
-from mlpmem.inference.augmented_lm import MemoryAugmentedLM, mix_logits
 from mlpmem.inference.gate import (
     FEATURE_VERSION,
     FEATURES,
     NUM_FEATURES,
     gate_features,
-    gated_mix_logits,
-    gated_target_logprob,
 )
 from mlpmem.inference.gate_io import memory_checksum, save_gate
-from mlpmem.inference.mixing import mix_log_probs
+from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
+from mlpmem.inference.mixing import mix
 from mlpmem.inference.perplexity import perplexity
 from mlpmem.memory import MLPMemory
 from mlpmem.pipeline import records
@@ -182,10 +180,11 @@ def score_gate(run: Run, memory: MLPMemory, gate, lam: float, split: str = "test
     data, info = split_data(run, memory, split, memory_checksum(memory), gate.uses_keys)
     z = gate(data.features, data.keys)  # (n,)
     lam_t = torch.sigmoid(z)
-    fixed = mix_log_probs(data.lp_lm, data.lp_mem, lam)  # (n,) as the evaluation's lambda curve computes it
+    fixed = mix(data.lp_lm, data.lp_mem, lam, logits=False)  # (n,) as the evaluation's lambda curve computes it
     covered = torch.isfinite(data.lp_mem)
     return {"ppl_backbone": perplexity(data.lp_lm), "ppl_fixed": perplexity(fixed),
-            "ppl_gate": perplexity(gated_target_logprob(data.lp_lm, data.lp_mem, z)), "lambda_fixed": lam,
+            "ppl_gate": perplexity(mix(data.lp_lm.double(), data.lp_mem.double(), z, logits=False)),
+            "lambda_fixed": lam,
             "mean_gate": lam_t.mean().item(), "mean_gate_covered": lam_t[covered].mean().item(),
             "mean_gate_uncovered": lam_t[~covered].mean().item() if (~covered).any() else None,
             "tokens": len(data), "features": info, "lambda_t": lam_t.numpy(), "lp_mem": data.lp_mem.numpy()}
@@ -197,7 +196,7 @@ def decode_speed(run: Run, memory: MLPMemory, gate, lam: float, new_tokens: int,
     both back to back (the order alternates), and the ratio is the median of the rounds' ratios, so that a
     load that drifts between rounds cancels. Beside it, the mixing step alone, timed on this run's logits."""
     model, tokenizer = run.backbone
-    mixed = MemoryAugmentedLM(model, memory, lam=lam, tokenizer=tokenizer)
+    mixed = MemoryAugmentedForCausalLM.from_parts(model, memory, lam=lam, tokenizer=tokenizer)
     prompt = torch.from_numpy(np.asarray(split_tokens(run, "test")[0][:16], np.int64))[None].to(model_device(model))
     kwargs = dict(input_ids=prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens,
                   min_new_tokens=new_tokens, do_sample=False, pad_token_id=tokenizer.eos_token_id)
@@ -224,7 +223,8 @@ def mixing_cost(model, memory: MLPMemory, gate, lam: float, repeats: int = 300) 
     torch.manual_seed(0)
     lm, mem = torch.randn(1, 1, vocab), memory.to_vocab(torch.randn(1, 1, memory.head.weight.shape[0]))  # (1, 1, V)
     keys = torch.randn(1, 1, memory.config.input_size)
-    steps = {"fixed": lambda: mix_logits(lm, mem, lam), "gate": lambda: gated_mix_logits(lm, mem, gate, keys)}
+    steps = {"fixed": lambda: mix(lm, mem, lam),
+             "gate": lambda: mix(lm, mem, gate.mixing_logits(gate_features(lm, mem), keys))}
     out = {}
     for name, step in steps.items():
         for _ in range(20):

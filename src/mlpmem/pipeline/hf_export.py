@@ -13,7 +13,6 @@ from pathlib import Path
 
 from mlpmem.config import read_yaml
 from mlpmem.errors import ConfigError
-from mlpmem.inference.augmented_lm import MemoryAugmentedLM
 from mlpmem.inference.gate_io import load_gate
 from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.inference.mixing import check_lambda
@@ -67,5 +66,5 @@ def augmented_from_run(run_dir: str | Path | Run, lam: float | str = AUTO, gate:
         learned = load_gate(folder, memory)  # refused unless saved with this memory
         learned.set_offset(gate_offset).set_floor(gate_floor)
     model, tokenizer = run.backbone
-    mixed = MemoryAugmentedLM(model, memory, lam=lam, tokenizer=tokenizer, gate=learned)
-    return MemoryAugmentedForCausalLM.from_augmented(mixed, tokenizer, backbone=run.cfg.backbone.name)
+    return MemoryAugmentedForCausalLM.from_parts(model, memory, lam=lam, tokenizer=tokenizer, gate=learned,
+                                                 backbone_name=run.cfg.backbone.name)

@@ -26,7 +26,7 @@ from mlpmem.config import Config
 from mlpmem.datastore import KeyStore
 from mlpmem.errors import ConfigError, CorpusError, CorruptArtifact, FingerprintMismatch
 from mlpmem.index import IndexConfig, build_index
-from mlpmem.inference.mixing import check_lambda, mix_log_probs
+from mlpmem.inference.mixing import check_lambda, mix
 from mlpmem.inference.perplexity import perplexity
 from mlpmem.pipeline.run import Run
 from mlpmem.utils.runtime import set_threads
@@ -150,7 +150,7 @@ class EvalSplit:
         if lam == 0.0:
             return perplexity(self.lm_logprob)
         lp_knn = knn_target_logprob(self.dists, self.neighbour_tokens, self.targets, k, temperature)
-        return perplexity(mix_log_probs(self.lm_logprob, lp_knn, lam))
+        return perplexity(mix(self.lm_logprob, lp_knn, lam, logits=False))
 
 
 def sweep(split: EvalSplit, cfg: KnnLMConfig) -> list[dict]:
@@ -159,7 +159,7 @@ def sweep(split: EvalSplit, cfg: KnnLMConfig) -> list[dict]:
     for k, temp in itertools.product(cfg.k_grid, cfg.temperature_grid):
         lp_knn = knn_target_logprob(split.dists, split.neighbour_tokens, split.targets, k, temp)
         for lam in cfg.lambda_grid:
-            mixed = split.lm_logprob if lam == 0 else mix_log_probs(split.lm_logprob, lp_knn, lam)
+            mixed = split.lm_logprob if lam == 0 else mix(split.lm_logprob, lp_knn, lam, logits=False)
             rows.append({"k": k, "temperature": temp, "lambda": lam, "ppl": perplexity(mixed)})
     return rows
 

@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 from mlpmem.errors import ConfigError
-from mlpmem.inference.gate import NUM_FEATURES, Gate, GateConfig, gated_target_logprob
+from mlpmem.inference.gate import NUM_FEATURES, Gate, GateConfig
+from mlpmem.inference.mixing import mix
 
 INIT_RANGE = (0.01, 0.99)
 """The constant the gate starts from is the fixed λ clipped to this range (a sigmoid never reaches 0 or 1)."""
@@ -101,7 +102,7 @@ def holdout_split(n: int, block: int, fraction: float, seed: int) -> tuple[torch
 
 def nll(gate: Gate, data: GateData) -> torch.Tensor:
     """Mean negative log-likelihood (nats/token) of the gated mixture on ``data``."""
-    return -gated_target_logprob(data.lp_lm, data.lp_mem, gate(data.features, data.keys)).mean()
+    return -mix(data.lp_lm.double(), data.lp_mem.double(), gate(data.features, data.keys), logits=False).mean()
 
 
 def train_gate(data: GateData, config: GateTrainConfig, init_lambda: float,

@@ -19,7 +19,7 @@ from mlpmem.experiments.bench.infer.report import targets
 from mlpmem.experiments.bench.infer.run import main
 from mlpmem.experiments.bench.knn_setup import KnnSetupConfig
 from mlpmem.index import IndexConfig
-from mlpmem.inference.augmented_lm import MemoryAugmentedLM
+from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.memory import MemoryConfig, MLPMemory, tie_to_backbone
 
 
@@ -35,7 +35,7 @@ def tied_memory(backbone):
 def test_ladder_variants_compute_the_same_distribution():
     backbone = tiny_backbone("llama")
     memory = tied_memory(backbone)
-    full = MemoryAugmentedLM(backbone, memory, 0.4)
+    full = MemoryAugmentedForCausalLM.from_parts(backbone, memory, 0.4)
     x = torch.tensor([[5, 17, 3, 99, 42, 7], [1, 2, 3, 4, 5, 6]])
     with torch.no_grad():
         expected = full(input_ids=x, logits_to_keep=1).logits

@@ -9,7 +9,7 @@ import torch
 from mlpmem.backbone import load_backbone
 from mlpmem.baselines.methods import closed_book_prompts
 from mlpmem.experiments.qa.question_gate import ANSWER_END, answer_ids, question_gate, question_rows, start_token
-from mlpmem.inference.augmented_lm import MemoryAugmentedLM
+from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.memory import MemoryConfig, MLPMemory
 from mlpmem.training.gate import GateTrainConfig
 
@@ -18,11 +18,11 @@ QUESTIONS = [{"id": "a", "question": "Where did the keeper live?", "answers": ["
              {"id": "c", "question": "When came the storm?", "answers": ["November"]}]
 
 
-def _mixed(backbone_dir, lam: float) -> tuple[MemoryAugmentedLM, object]:
+def _mixed(backbone_dir, lam: float) -> tuple[MemoryAugmentedForCausalLM, object]:
     model, tokenizer = load_backbone(str(backbone_dir))
     torch.manual_seed(3)
     memory = MLPMemory(MemoryConfig.from_backbone(model, "tiny", tokenizer=tokenizer)).eval()
-    return MemoryAugmentedLM(model, memory, lam=lam, tokenizer=tokenizer), tokenizer
+    return MemoryAugmentedForCausalLM.from_parts(model, memory, lam=lam, tokenizer=tokenizer), tokenizer
 
 
 def test_rows_are_the_answer_tokens_and_their_end_as_each_side_scores_them(tiny_backbone_dir):

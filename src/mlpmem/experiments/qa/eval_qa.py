@@ -1,8 +1,8 @@
 """Closed-book (or retrieval-augmented) QA scoring: greedy decoding with stop strings, SQuAD EM / F1.
 
 ``model`` is anything with the Hugging Face ``generate`` signature: the backbone, a fine-tuned copy
-(CPT, merged LoRA), :class:`~mlpmem.inference.augmented_lm.MemoryAugmentedLM` (memory mixed into every decoding step)
-or :class:`~mlpmem.baselines.knnlm.KnnLMDecoder` (kNN-LM at every step). Prompts are built by
+(CPT, merged LoRA), :class:`~mlpmem.inference.hf_model.MemoryAugmentedForCausalLM` (memory mixed into every
+decoding step) or :class:`~mlpmem.baselines.knnlm.KnnLMDecoder` (kNN-LM at every step). Prompts are built by
 ``prompt_fn(questions) -> prompts`` (closed book by default, RAG passes retrieved passages); the methods
 themselves are built by :mod:`mlpmem.baselines.methods`.
 

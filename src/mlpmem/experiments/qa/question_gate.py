@@ -27,9 +27,9 @@ import torch.nn.functional as F
 from mlpmem.backbone import KeyHook
 from mlpmem.compute import model_device
 from mlpmem.errors import MlpmemError
-from mlpmem.inference.augmented_lm import MemoryAugmentedLM
 from mlpmem.inference.gate import Gate, gate_features
 from mlpmem.inference.gate_io import load_gate, save_gate, saved_for
+from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.training.gate import GateData, GateTrainConfig, train_gate
 from mlpmem.utils.shards import read_json
 
@@ -55,7 +55,7 @@ def start_token(tokenizer) -> int:
 
 
 @torch.no_grad()
-def question_rows(model: MemoryAugmentedLM, tokenizer, questions: list[dict], prompt_fn) -> GateData:
+def question_rows(model: MemoryAugmentedForCausalLM, tokenizer, questions: list[dict], prompt_fn) -> GateData:
     """The gate's rows on ``questions``: features, log p_lm and log p_mem of every answer token and its end; a
     question is asked in ``prompt_fn``'s prompt unless it brings its own (``"prompt"``, after the start token
     when ``"after_bos"``)."""
@@ -84,7 +84,7 @@ def question_rows(model: MemoryAugmentedLM, tokenizer, questions: list[dict], pr
     return GateData(torch.cat(features), torch.cat(lp_lm), torch.cat(lp_mem))
 
 
-def question_gate(folder: Path, model: MemoryAugmentedLM, tokenizer, questions: list[dict], prompt_fn,
+def question_gate(folder: Path, model: MemoryAugmentedForCausalLM, tokenizer, questions: list[dict], prompt_fn,
                   config: GateTrainConfig, init_lambda: float) -> tuple[Gate, dict]:
     """The gate trained on ``questions`` (validation only), or the one saved in ``folder`` for this memory and
     these questions; and its training summary."""
@@ -104,7 +104,7 @@ def question_gate(folder: Path, model: MemoryAugmentedLM, tokenizer, questions: 
 
 
 @torch.no_grad()
-def openness(model: MemoryAugmentedLM, tokenizer, groups: dict[str, list[dict]], prompt_fn) -> dict[str, dict]:
+def openness(model: MemoryAugmentedForCausalLM, tokenizer, groups: dict[str, list[dict]], prompt_fn) -> dict[str, dict]:
     """Where ``model``'s gate (at its offset and floor) opens, over the rows of each group of items: where it
     should (the answers of questions) and where it should stay closed (the negatives, in their prompt and as PMI's
     unconditional term): ``{"mean": {group: mean λ_t}, "closed": {group: fraction of rows with λ_t = 0}}``."""

@@ -10,7 +10,7 @@ from mlpmem.experiments.qa.choice import continuation_logprobs
 from mlpmem.experiments.qa.eval_qa import GenerationConfig, evaluate_questions
 from mlpmem.experiments.qa.synthetic import ATTRIBUTES
 from mlpmem.experiments.update.groups import entity_of
-from mlpmem.inference.augmented_lm import MemoryAugmentedLM
+from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.inference.prompts import qa_prompt
 from mlpmem.maintenance.config import load_maintenance_config
 from mlpmem.maintenance.explain import Explainer
@@ -32,7 +32,8 @@ class Scorer:
         return [q["answers"][0], *rng.sample(others, min(self.cfg.distractors, len(others)))]
 
     def score(self, run: Run, questions: list[dict]) -> dict:
-        mixed = MemoryAugmentedLM(self.model, load_memory(run), lam=self.cfg.lam, tokenizer=self.tokenizer)
+        mixed = MemoryAugmentedForCausalLM.from_parts(self.model, load_memory(run), lam=self.cfg.lam,
+                                                      tokenizer=self.tokenizer)
         pairs, spans = [], []
         for q in questions:
             options = self.choices(q)

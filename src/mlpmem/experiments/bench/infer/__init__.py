@@ -9,7 +9,7 @@ split), in one process, interleaved repetition by repetition after warm-up (see 
     sequences of the batch counted).
 
 Methods, each built by :mod:`mlpmem.baselines.methods`: ``backbone``; ``memory``
-(:class:`~mlpmem.inference.augmented_lm.MemoryAugmentedLM`, the run's trained memory and λ); ``knnlm``
+(:class:`~mlpmem.inference.hf_model.MemoryAugmentedForCausalLM`, the run's trained memory and λ); ``knnlm``
 (:class:`~mlpmem.baselines.knnlm.KnnLMDecoder`: one IVF-PQ search of ≥ 1M keys per kept position and step;
 the run's k, T, λ); ``rag`` (:class:`~mlpmem.baselines.rag.RAG`: dense retrieval of ``rag_top_k`` passages of
 the run's training corpus, the prompt placed after them, cut to one common length per batch). With

@@ -14,39 +14,40 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from mlpmem.backbone import keep_positions
 from mlpmem.datastore import KeyStore
 from mlpmem.errors import MlpmemError
-from mlpmem.inference.augmented_lm import MemoryAugmentedLM, _keep_positions
-from mlpmem.inference.mixing import mix_log_probs
+from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
+from mlpmem.inference.mixing import mix
 from mlpmem.inference.perplexity import perplexity
 from mlpmem.memory import MemoryConfig, MLPMemory, tie_to_backbone
 from mlpmem.training.data import memory_logprobs
 
 
-class _SlowMix(MemoryAugmentedLM):
-    """Mixing through two full log_softmax tensors, then logaddexp (mixing.mix_log_probs)."""
+class _SlowMix(MemoryAugmentedForCausalLM):
+    """Mixing through two full log_softmax tensors, then logaddexp (``mix`` on log-probabilities)."""
 
-    def _mix_logits(self, lm_logits, mem_logits):
-        return mix_log_probs(F.log_softmax(lm_logits.float(), -1), F.log_softmax(mem_logits.float(), -1), self.lam)
+    def mixture(self, lm_logits, mem_logits, keys=None):
+        return mix(F.log_softmax(lm_logits.float(), -1), F.log_softmax(mem_logits.float(), -1), self.lam, logits=False)
 
 
 class _AllPositions(_SlowMix):
     """The memory (own head) on every position of the input, sliced afterwards: the unoptimized prefill."""
 
-    def _memory_logits(self, keys, lm_logits, logits_to_keep):
+    def memory_logits(self, keys, lm_logits, logits_to_keep):
         param = next(self.memory.parameters())
         every = self.memory(keys.to(device=param.device, dtype=param.dtype))  # (B, T, V)
-        return _keep_positions(every, lm_logits, logits_to_keep)
+        return keep_positions(every, lm_logits, logits_to_keep)
 
 
-def memory_variants(backbone, memory, lam: float) -> dict[str, MemoryAugmentedLM]:
+def memory_variants(backbone, memory, lam: float) -> dict[str, MemoryAugmentedForCausalLM]:
     """The memory without each decode optimization, and with its blocks stored in bf16 (``memory:bf16``)."""
     tied = memory.config.tie_head
-    variants = {"memory:naive": _AllPositions(backbone, memory, lam, fuse_head=False),
-                "memory:+kept": _SlowMix(backbone, memory, lam, fuse_head=False)}
+    variants = {"memory:naive": _AllPositions.from_parts(backbone, memory, lam, fuse_head=False),
+                "memory:+kept": _SlowMix.from_parts(backbone, memory, lam, fuse_head=False)}
     if tied:
-        variants["memory:+fused"] = _SlowMix(backbone, memory, lam, fuse_head=True)
-    variants["memory:bf16"] = MemoryAugmentedLM(backbone, bf16_copy(memory, backbone), lam)
+        variants["memory:+fused"] = _SlowMix.from_parts(backbone, memory, lam, fuse_head=True)
+    variants["memory:bf16"] = MemoryAugmentedForCausalLM.from_parts(backbone, bf16_copy(memory, backbone), lam)
     return variants
 
 
@@ -75,5 +76,5 @@ def bf16_quality(memory, backbone, run_dir: Path, lam: float, positions: int = 4
     for name, mem in (("fp32", memory), ("bf16", bf16_copy(memory, backbone))):
         lp = torch.from_numpy(memory_logprobs(mem, keys, targets))
         out[f"{name}_memory_ppl"] = perplexity(lp)
-        out[f"{name}_joint_ppl"] = perplexity(mix_log_probs(lm, lp, lam))
+        out[f"{name}_joint_ppl"] = perplexity(mix(lm, lp, lam, logits=False))
     return out

@@ -16,8 +16,7 @@ from tqdm.auto import tqdm
 from mlpmem.compute import model_device, synchronize
 from mlpmem.experiments.bench.common import summarize, unique_param_bytes
 from mlpmem.experiments.bench.infer.config import InferBenchConfig
-from mlpmem.inference.augmented_lm import mix_logits
-from mlpmem.inference.mixing import mix_log_probs
+from mlpmem.inference.mixing import mix
 
 
 @dataclass
@@ -112,8 +111,8 @@ def mixing_microbench(vocab: int, lam: float, batch: int = 1, iters: int = 200) 
     """Seconds per call of the one-pass mixing vs two log_softmax tensors + logaddexp, on (B, 1, V) logits."""
     a, b = torch.randn(batch, 1, vocab) * 5, torch.randn(batch, 1, vocab) * 5
     out = {}
-    for name, fn in (("one_pass", lambda: mix_logits(a, b, lam)),
-                     ("two_log_softmax", lambda: mix_log_probs(F.log_softmax(a, -1), F.log_softmax(b, -1), lam))):
+    for name, fn in (("one_pass", lambda: mix(a, b, lam)),
+                     ("two_log_softmax", lambda: mix(F.log_softmax(a, -1), F.log_softmax(b, -1), lam, logits=False))):
         for _ in range(10):
             fn()
         samples = []

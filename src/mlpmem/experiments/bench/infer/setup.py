@@ -23,7 +23,7 @@ from mlpmem.errors import ConfigError
 from mlpmem.experiments.bench.infer.config import InferBenchConfig
 from mlpmem.experiments.bench.infer.measure import TimedMethod
 from mlpmem.experiments.bench.knn_setup import knn_datastore, knn_index
-from mlpmem.inference.augmented_lm import BackboneWrapper
+from mlpmem.inference.hooks import BackboneWrapper
 
 
 def split_documents(cfg, split: str) -> list[dict]:

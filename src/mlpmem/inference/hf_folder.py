@@ -1,0 +1,105 @@
+"""The files of a saved memory-augmented model folder (see :mod:`mlpmem.inference.hf_model`): how the backbone is
+named, how the config, backbone and memory are read back, and what a save may replace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from mlpmem.backbone import load_backbone
+from mlpmem.compute import model_device
+from mlpmem.errors import ConfigError, CorruptArtifact, MlpmemError
+from mlpmem.inference.hf_config import MODEL_TYPE, MemoryAugmentedConfig
+from mlpmem.memory import MLPMemory
+from mlpmem.memory.io import CONFIG_NAME
+from mlpmem.utils.checksums import verify_folder
+
+MEMORY_DIR = "memory"
+GATE_DIR = "gate"
+
+
+def backbone_reference(backbone, name: str | None = None) -> str | None:
+    """How a saved folder names ``backbone``: ``name``, else the name ``load_backbone`` gave it, else its
+    ``name_or_path``; a local folder as an absolute path (the saved folder loads from any working directory)."""
+    ref = name or getattr(backbone, "mlpmem_name", None) or getattr(backbone.config, "name_or_path", None) or None
+    if ref is not None and Path(ref).expanduser().is_dir():
+        return str(Path(ref).expanduser().resolve())
+    return ref
+
+
+def torch_dtype(dtype) -> torch.dtype:
+    """The backbone's dtype from a ``from_pretrained`` argument (None / "auto": fp32, the mlpmem default)."""
+    if dtype is None or dtype == "auto":
+        return torch.float32
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ConfigError(f"dtype must be a torch dtype or its name, got {dtype!r}")
+    return dtype
+
+
+def context_length(config) -> int | None:
+    for name in ("max_position_embeddings", "n_positions", "n_ctx"):
+        if getattr(config, name, None) is not None:
+            return int(getattr(config, name))
+    return None
+
+
+def read_config(folder: Path) -> MemoryAugmentedConfig:
+    """The ``config.json`` of a saved folder, refused in one line if missing, unreadable or not an mlpmem one."""
+    path = folder / "config.json"
+    if not path.is_file():
+        raise CorruptArtifact(f"{folder} is not a saved memory-augmented model: {path} is missing")
+    try:
+        raw = MemoryAugmentedConfig.get_config_dict(str(folder))[0]
+        if raw.get("model_type") != MODEL_TYPE:
+            raise CorruptArtifact(f"{path} is a {raw.get('model_type')!r} model, not a memory-augmented one "
+                                  f"(model_type {MODEL_TYPE!r})")
+        return MemoryAugmentedConfig.from_dict(raw)
+    except (OSError, ValueError) as exc:  # JSON errors and ConfigError are ValueErrors
+        if isinstance(exc, MlpmemError):
+            raise
+        raise CorruptArtifact(f"{path}: unreadable ({str(exc).splitlines()[0]})") from None
+
+
+def load_named_backbone(name: str, dtype: torch.dtype):
+    """``load_backbone(name)``, with the hub client's own errors for a name that is no folder made one line."""
+    try:
+        return load_backbone(name, dtype=dtype)
+    except ValueError as exc:
+        if isinstance(exc, MlpmemError):
+            raise
+        raise MlpmemError(f"cannot load backbone {name!r}: {str(exc).splitlines()[0]}") from None
+
+
+def load_folder_memory(folder: Path, model, tokenizer) -> MLPMemory:
+    """The folder's memory: present, matching its recorded checksums, built on ``model``; on its device."""
+    memory_dir = folder / MEMORY_DIR
+    if not (memory_dir / CONFIG_NAME).is_file():
+        raise CorruptArtifact(f"{folder} holds no memory: {memory_dir / CONFIG_NAME} is missing")
+    verify_folder(memory_dir, f"memory {memory_dir}")
+    memory = MLPMemory.from_pretrained(memory_dir, model, tokenizer)
+    return memory.to(model_device(model)).eval()
+
+
+def single_device(device_map):
+    """The one device a ``device_map`` names (None: leave the model where it loaded)."""
+    if device_map is None or device_map == "auto":
+        return None
+    if isinstance(device_map, dict):
+        devices = set(device_map.values())
+        if len(devices) != 1:
+            raise ConfigError(f"a memory-augmented model runs on one device, got device_map {device_map}")
+        device_map = devices.pop()
+    return torch.device(device_map if not isinstance(device_map, int) else f"cuda:{device_map}")
+
+
+def check_replaceable(target: Path) -> None:
+    """Refuse to replace anything but a previous save (or an empty folder): the save replaces the folder whole."""
+    if not target.exists():
+        return
+    if not target.is_dir():
+        raise ConfigError(f"cannot save to {target}: it exists and is not a folder")
+    if any(target.iterdir()) and not (target / MEMORY_DIR).is_dir():
+        raise ConfigError(f"refusing to replace {target}: it holds files and is not a saved memory-augmented model")
