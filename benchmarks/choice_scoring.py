@@ -21,7 +21,7 @@ from mlpmem.experiments.qa.synthetic import SyntheticConfig, generate
 from mlpmem.experiments.update.groups import questions_of
 from mlpmem.experiments.update.scoring import Scorer
 from mlpmem.experiments.update.study import UpdateStudyConfig
-from mlpmem.inference.augmented_lm import MemoryAugmentedLM
+from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.inference.prompts import qa_prompt
 from mlpmem.maintenance.finetune import load_memory
 from mlpmem.pipeline.hf_export import open_run
@@ -42,7 +42,7 @@ def main() -> None:
     bench = generate(SyntheticConfig(**cfg.synthetic))
     run = open_run(args.run)
     model, tokenizer = run.backbone
-    mixed = MemoryAugmentedLM(model, load_memory(run), lam=cfg.lam, tokenizer=tokenizer)
+    mixed = MemoryAugmentedForCausalLM.from_parts(model, load_memory(run), lam=cfg.lam, tokenizer=tokenizer)
     scorer = Scorer(bench, cfg, (model, tokenizer))
     questions = questions_of(bench, sorted({q["entity"] for q in bench.questions["test"]}), args.questions)
     pairs, spans = [], []

@@ -21,7 +21,7 @@ from mlpmem.experiments.qa.eval_qa import GenerationConfig, evaluate_questions
 from mlpmem.experiments.qa.synthetic import SyntheticConfig, generate
 from mlpmem.experiments.update.groups import questions_of
 from mlpmem.experiments.update.study import UpdateStudyConfig
-from mlpmem.inference.augmented_lm import MemoryAugmentedLM
+from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.maintenance.finetune import load_memory
 from mlpmem.pipeline.hf_export import open_run
 
@@ -45,7 +45,8 @@ def main() -> None:
     run = open_run(args.run)
     backbone, tokenizer = run.backbone
     models = {"backbone": backbone,
-              "memory": MemoryAugmentedLM(backbone, load_memory(run), lam=cfg.lam, tokenizer=tokenizer)}
+              "memory": MemoryAugmentedForCausalLM.from_parts(backbone, load_memory(run), lam=cfg.lam,
+                                                              tokenizer=tokenizer)}
     questions = questions_of(bench, sorted({q["entity"] for q in bench.questions["test"]}), args.questions)
     last: dict[tuple[str, str], dict] = {}
 

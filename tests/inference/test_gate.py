@@ -81,7 +81,7 @@ def test_constant_gate_equals_fixed_lambda_logits_and_perplexity(family, lam, co
     assert torch.allclose(gated.last_lambda, torch.full_like(gated.last_lambda, lam), rtol=0, atol=1e-12)
 
 
-def test_constant_gate_offline_target_logprob_equals_mix_log_probs():
+def test_constant_gate_offline_target_logprob_equals_the_fixed_mix():
     torch.manual_seed(0)
     lp_lm, lp_mem = -torch.rand(50, dtype=torch.float64) * 8, -torch.rand(50, dtype=torch.float64) * 8
     lp_mem[::7] = -math.inf  # targets outside a corpus head

@@ -226,7 +226,7 @@ def tied_augmented(family: str, lam: float, fuse_head: bool | None = None) -> Me
 
 def plain_mixed_logprobs(mlm: MemoryAugmentedForCausalLM, sequence: torch.Tensor) -> torch.Tensor:
     """Reference: one uncached forward without hooks, the memory's own head on every position, and
-    log-space mixing of the two log_softmax tensors (mixing.mix_log_probs). (1, T) -> (1, T, V)."""
+    log-space mixing of the two log_softmax tensors (mixing.mix on log-probabilities). (1, T) -> (1, T, V)."""
     with torch.no_grad():
         keys = hand_keys(mlm.backbone, sequence, mlm.key_layer, mlm.key_site)  # (1, T, d)
         logp_lm = F.log_softmax(mlm.backbone(input_ids=sequence).logits.float(), -1)
@@ -277,7 +277,7 @@ def test_fuse_head_needs_a_tied_head():
         MemoryAugmentedForCausalLM.from_parts(mlm.backbone, mlm.memory, fuse_head=True)
 
 
-def test_mix_logits_equals_log_softmax_mixing():
+def test_mix_from_logits_equals_log_softmax_mixing():
     torch.manual_seed(0)
     a, b = torch.randn(2, 3, 40) * 10, torch.randn(2, 3, 40) * 10
     for lam in (0.0, 0.2, 1.0):
