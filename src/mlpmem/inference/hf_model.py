@@ -18,7 +18,7 @@ A saved folder::
       backbone/                the backbone itself, only when saved with ``copy_backbone=True``
 
 Importing this module registers the ``mlpmem`` model type with ``AutoConfig`` and ``AutoModelForCausalLM``
-(as :mod:`mlpmem.mosaics` registers Memory Mosaics), so ``AutoModelForCausalLM.from_pretrained(folder)`` works
+(as any package registers its own model type), so ``AutoModelForCausalLM.from_pretrained(folder)`` works
 once ``import mlpmem.inference.hf_model`` (or ``import mlpmem.evaluation.harness``) has run; there is no
 remote code.
 """
