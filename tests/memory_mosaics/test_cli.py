@@ -48,7 +48,7 @@ def test_usage_errors_are_one_line(argv, capsys):
 def test_a_bad_preset_name_is_a_one_line_error(capsys):
     assert main(["eval", "smal"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("memory-mosaics: error: config 'smal' is neither a YAML file nor a preset") and \
+    assert err.startswith("memory-mosaics: error: config 'smal' is neither a YAML file path") and \
         err.count("\n") == 1, err
 
 

@@ -130,12 +130,15 @@ def presets() -> list[str]:
 
 
 def config_path(config: str | Path) -> Path:
-    """A CONFIG argument as a file: a path to a YAML file, or the name of a shipped preset."""
-    if Path(config).suffix in (".yaml", ".yml") or Path(config).exists():
+    """The YAML file a CONFIG argument names: a path (it has a ``/`` or ends in ``.yaml``/``.yml``), or else the
+    name of a preset shipped inside the package (``small`` is ``memory_mosaics/configs/small.yaml``)."""
+    text = str(config)
+    if "/" in text or "\\" in text or text.endswith((".yaml", ".yml")):
         return Path(config)
-    if str(config) not in presets():
-        raise ConfigError(f"config {str(config)!r} is neither a YAML file nor a preset ({', '.join(presets())})")
-    return Path(str(files("memory_mosaics").joinpath("configs", f"{config}.yaml")))
+    if text not in presets():
+        raise ConfigError(f"config {text!r} is neither a YAML file path (with a '/' or ending in .yaml) nor a preset "
+                          f"({', '.join(presets())})")
+    return Path(str(files("memory_mosaics").joinpath("configs", f"{text}.yaml")))
 
 
 def load_experiment(config: str | Path, overrides: list[str] | None = None) -> MosaicsExperiment:

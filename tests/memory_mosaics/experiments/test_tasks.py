@@ -51,7 +51,7 @@ def test_a_config_argument_is_a_yaml_file_or_a_shipped_preset(tmp_path):
     own = tmp_path / "mine.yaml"
     own.write_text("out_dir: somewhere\n")
     assert load_experiment(str(own)).out_dir == "somewhere"
-    with pytest.raises(ConfigError, match="neither a YAML file nor a preset"):
+    with pytest.raises(ConfigError, match="neither a YAML file path .* nor a preset"):
         load_experiment("smal")
     with pytest.raises(ConfigError, match="not found"):
         load_experiment(str(tmp_path / "missing.yaml"))
