@@ -1,5 +1,5 @@
 """The ``memory-mosaics`` command line: light help, every command resolves, one-line usage errors; a saved model
-is unknown to plain mlpmem until the package's model is imported."""
+is unknown to plain mlpmem until the package's model is imported (``from memory_mosaics import ...``)."""
 
 from __future__ import annotations
 
@@ -60,9 +60,11 @@ try:
     load_backbone(sys.argv[1])
 except MlpmemError as exc:
     print(exc)
-import memory_mosaics.model
+import memory_mosaics
+assert "memory_mosaics.model" not in sys.modules
+from memory_mosaics import MosaicsForCausalLM  # the model's import registers its type
 model, _ = load_backbone(sys.argv[1])
-print(type(model).__name__)
+print(type(model).__name__, isinstance(model, MosaicsForCausalLM))
 """
 
 
@@ -80,4 +82,4 @@ def test_plain_mlpmem_names_the_unknown_model_type_and_loads_it_once_imported(tm
     refused, loaded = out.stdout.strip().splitlines()
     assert refused == (f"model type 'memory_mosaics_v2' of {tmp_path} is unknown to transformers: import the "
                        "package that registers it with the Auto classes before loading")
-    assert loaded == "MosaicsForCausalLM"
+    assert loaded == "MosaicsForCausalLM True"
