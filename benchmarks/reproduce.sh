@@ -72,11 +72,11 @@ $M bench scale configs/quick.yaml --tokens 0 --sizes '' --corpus-repeats 4,16 --
 $M bench scale configs/quick.yaml --tokens 0 --sizes '' --corpus-repeats '' --shard-steps 10 --shard-width 4096 \
   --out runs/scale-idle --docs docs/results/scale
 # Memory Mosaics v2 (docs/mosaics.md, docs/results/mosaics*/)
-for c in small hour hour-more-text; do $M mosaics train configs/mosaics/$c.yaml; $M mosaics eval configs/mosaics/$c.yaml; done
-for c in small hour; do $M mosaics memory configs/mosaics/$c.yaml; done
-$M mosaics recall --out docs/results/mosaics-recall
+for c in small hour hour-more-text; do .venv/bin/memory-mosaics train $c; .venv/bin/memory-mosaics eval $c; done
+for c in small hour; do .venv/bin/memory-mosaics memory $c; done
+.venv/bin/memory-mosaics recall --out docs/results/mosaics-recall
 # Skipped: the other variants of `bench infer` quoted in docs/speed.md (threads, ladder, idle reruns) take the
-# options written next to each table there; configs/mosaics/gpu.yaml needs a GPU and was not run.
+# options written next to each table there; the Memory Mosaics preset gpu needs a GPU and was not run.
 # identity initialisation against random (full head) on the quick run's datastore and teacher (README)
 mkdir -p runs/quick-identity && cp -al runs/quick-w512/{datastore,eval,teacher,knnlm,tokens} runs/quick-identity/ 2>/dev/null || true
 $M run configs/quick.yaml $W512 --set run_dir=runs/quick-identity --set memory.vocab=full --set memory.init=identity

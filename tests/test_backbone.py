@@ -90,6 +90,17 @@ def test_load_local_folder_and_missing(tiny_backbone_dir, tmp_path):
         load_backbone(str(tmp_path / "nope"))
 
 
+def test_a_model_type_transformers_does_not_know_is_a_one_line_error(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "nobody_registered_this"}')
+    with pytest.raises(MlpmemError, match="model type 'nobody_registered_this' .* is unknown to transformers: "
+                                          "import the package that registers it") as exc:
+        load_backbone(str(tmp_path))
+    assert "\n" not in str(exc.value)
+    (tmp_path / "config.json").write_text("[1, 2")
+    with pytest.raises(MlpmemError, match="not a JSON object"):
+        load_backbone(str(tmp_path))
+
+
 def test_inputs_on_the_cpu_reach_a_model_wherever_it_is(tiny_llama):
     assert model_device(tiny_llama) == torch.device("cpu")
     assert model_device(torch.nn.ReLU()) == torch.device("cpu")  # no parameters: the CPU

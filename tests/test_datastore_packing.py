@@ -11,6 +11,8 @@ import pytest
 import torch
 
 from helpers.tiny import TinyTokenizer
+from memory_mosaics.config import MosaicsConfig
+from memory_mosaics.model import MosaicsForCausalLM
 from mlpmem.backbone import extract_keys
 from mlpmem.corpora.documents import Window, make_windows
 from mlpmem.datastore import (
@@ -21,8 +23,6 @@ from mlpmem.datastore import (
     packing_check,
 )
 from mlpmem.errors import CorruptArtifact
-from mlpmem.mosaics.config import MosaicsConfig
-from mlpmem.mosaics.model import MosaicsForCausalLM
 
 BLOCK, STRIDE = 24, 12
 KW = dict(layer=-1, site="ffn_input", block_size=BLOCK, stride=STRIDE, batch_size=2, batches_per_shard=2,

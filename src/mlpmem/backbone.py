@@ -21,9 +21,8 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import CONFIG_MAPPING, AutoModelForCausalLM, AutoTokenizer
 
-import mlpmem.mosaics  # noqa: F401 - registers Memory Mosaics v2 with the Auto classes
 from mlpmem.compute import check_device, check_precision, model_device
 from mlpmem.config import Config
 from mlpmem.errors import ConfigError, FingerprintMismatch, MlpmemError
@@ -94,6 +93,7 @@ def ensure_shipped(name: str) -> Path:
 def load_backbone(name: str = DEFAULT_BACKBONE, dtype: torch.dtype = torch.float32):
     """Load ``(model, tokenizer)`` from a shipped name, a hub name or a local folder; model in eval mode."""
     path = ensure_shipped(name) if name in SHIPPED_MODELS else name
+    check_model_type(path)
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         tokenizer = AutoTokenizer.from_pretrained(path)
@@ -102,6 +102,21 @@ def load_backbone(name: str = DEFAULT_BACKBONE, dtype: torch.dtype = torch.float
     model.eval()
     model.mlpmem_name = name
     return model, tokenizer
+
+
+def check_model_type(path: str | Path) -> None:
+    """A local model folder whose ``model_type`` transformers does not know is a one-line error: the package
+    that defines that model registers it with the Auto classes when imported, so import it first."""
+    config = Path(path).expanduser() / "config.json"
+    if not config.is_file():
+        return
+    try:
+        model_type = json.loads(config.read_text()).get("model_type")
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        raise MlpmemError(f"cannot load backbone {str(path)!r}: {config} is not a JSON object") from None
+    if model_type not in CONFIG_MAPPING:
+        raise MlpmemError(f"model type {model_type!r} of {path} is unknown to transformers: import the package "
+                          "that registers it with the Auto classes before loading")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -250,7 +265,7 @@ def packing_unsupported(model: nn.Module) -> str | None:
 
     Hugging Face decoders (Llama family, GPT-2, ...) pass a 4-D ``attention_mask`` through unchanged to the
     ``sdpa`` and ``eager`` attention; other implementations (flash, flex) or models without ``position_ids``
-    (Memory Mosaics separates documents with its own ``document_ids``) cannot.
+    (e.g. one that separates documents with its own document ids) cannot.
     """
     params = inspect.signature(base_model(model).forward).parameters
     if "position_ids" not in params or "attention_mask" not in params:

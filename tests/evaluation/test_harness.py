@@ -184,8 +184,7 @@ def test_the_command_and_lm_evals_hf_type_on_a_saved_folder_agree(run_dir, tasks
     (dict(run="r", method="rag-bm25", top_k=0), "top_k and passage_words must be >= 1"),
     (dict(run="r", method="rag-dense", max_prompt_tokens="many"), "max_prompt_tokens"),
     (dict(pretrained="p", method="cpt", weights="w"), "not method=cpt"),
-    (dict(method="mosaics"), "method=mosaics needs pretrained="),
-    (dict(run="r", pretrained="p", method="mosaics"), "and no run="),
+    (dict(pretrained="p", method="knnlm"), "not method=knnlm"),
 ])
 def test_bad_model_args_are_one_line_errors(args, message):
     with pytest.raises(ConfigError, match=message) as exc:

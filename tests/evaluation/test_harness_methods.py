@@ -2,8 +2,9 @@
 
 RAG's loglikelihood is the backbone's on (the retrieved passages + the context) + the continuation, its
 generate_until the backbone's greedy text on that prompt, retrieval one batch per call; CPT and LoRA loaded from
-a saved folder score as the fine-tuned model in memory; Memory Mosaics scores its own log-probs; folders for
-another backbone or of the wrong kind are one-line errors.
+a saved folder score as the fine-tuned model in memory; a Memory Mosaics folder (``method=backbone``,
+``pretrained=``) scores its own log-probs; folders for another backbone or without a tokenizer are one-line
+errors.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from helpers.corpus import corpus_text
 from helpers.encoders import BagOfWordsEncoder
 from helpers.fast import quiet_and_fast  # noqa: F401 (autouse: no fsync, one thread)
 from helpers.harness import DOCS, direct_loglikelihood, generation_task, greedy_text, scores
+from memory_mosaics.config import MosaicsConfig
+from memory_mosaics.model import MosaicsForCausalLM
 from mlpmem.baselines.cpt import FinetuneConfig
 from mlpmem.baselines.finetuned import RECORD, save_finetuned
 from mlpmem.baselines.lora import LoRAConfig, add_lora
@@ -28,8 +31,6 @@ from mlpmem.baselines.rag import make_passages
 from mlpmem.corpora.documents import read_documents
 from mlpmem.errors import ConfigError, FingerprintMismatch
 from mlpmem.evaluation.harness import MlpmemLM, evaluate
-from mlpmem.mosaics.config import MosaicsConfig
-from mlpmem.mosaics.model import MosaicsForCausalLM
 from mlpmem.pipeline.hf_export import open_run
 
 # fixtures ``run_dir`` (a finished tiny run) and ``tasks`` (the 3-item local tasks): tests/evaluation/conftest.py
@@ -174,7 +175,7 @@ def test_weights_for_another_backbone_are_one_line_errors(run_dir, tmp_path, tin
 
 @pytest.fixture()
 def mosaics_dir(tmp_path, tiny_tokenizer):
-    """A tiny Memory Mosaics model saved as ``mlpmem mosaics train`` leaves it (weights + tokenizer)."""
+    """A tiny Memory Mosaics model saved as ``memory-mosaics train`` leaves it (weights + tokenizer)."""
     config = MosaicsConfig(vocab_size=len(tiny_tokenizer), hidden_size=16, num_hidden_layers=2,
                            num_attention_heads=2, intermediate_size=32, short_window=4, long_gap_min=2,
                            long_gap_max=4, long_gap_eval=2, scan_chunk=4)
@@ -183,15 +184,17 @@ def mosaics_dir(tmp_path, tiny_tokenizer):
     return tmp_path / "mosaics"
 
 
-def test_mosaics_loglikelihood_is_the_models_own_log_probs(mosaics_dir, tasks, tiny_backbone_dir):
-    lm = MlpmemLM(pretrained=str(mosaics_dir), method="mosaics", batch_size=2)
+def test_a_pretrained_mosaics_folder_scores_its_own_log_probs(mosaics_dir, tasks, tiny_backbone_dir):
+    """A causal LM folder of a type registered by its package (Memory Mosaics), through ``method=backbone``;
+    without a KV cache it takes HFLM's path."""
+    lm = MlpmemLM(pretrained=str(mosaics_dir), method="backbone", batch_size=2)
+    assert not lm._caches
     got = scores(lm, tasks)["tiny_ll"]
     model = MosaicsForCausalLM.from_pretrained(mosaics_dir).eval()
     for doc, (loglik, _) in zip(DOCS, got):
         expected = direct_loglikelihood(backbone_logp(model), lm.tokenizer, doc["context"], doc["target"])
         assert math.isclose(loglik, expected, rel_tol=1e-5, abs_tol=1e-4)
-    with pytest.raises(ConfigError, match="not Memory Mosaics"):
-        MlpmemLM(pretrained=str(tiny_backbone_dir), method="mosaics")
+    assert MlpmemLM(pretrained=str(tiny_backbone_dir), method="backbone")._caches  # a Llama keeps its cache
     (mosaics_dir / "tokenizer_config.json").unlink()
     with pytest.raises(ConfigError, match="has no tokenizer"):
-        MlpmemLM(pretrained=str(mosaics_dir), method="mosaics")
+        MlpmemLM(pretrained=str(mosaics_dir), method="backbone")

@@ -1,5 +1,5 @@
 """``mlpmem lm-eval``: lm-evaluation-harness on any compared method of a run (memory, backbone, kNN-LM, RAG,
-CPT, LoRA), on a Memory Mosaics folder or on a saved folder.
+CPT, LoRA), on any causal LM folder or on a saved folder.
 
 A thin wrapper: it imports :mod:`mlpmem.evaluation.harness` (which registers the ``mlpmem`` model type with
 lm-eval and the ``mlpmem`` model type with transformers' Auto classes), then runs ``lm_eval.simple_evaluate``

@@ -12,7 +12,6 @@ GROUPS = {
     "": "the pipeline",
     "qa": "knowledge QA: EM/F1 of one method, the whole comparison",
     "bench": "speed benchmarks: inference, offline stages, packing, scale",
-    "mosaics": "the Memory Mosaics v2 experiment",
     "tasks": "local lm-eval tasks from shipped data, and the paired comparison of methods on them",
 }
 
@@ -45,9 +44,6 @@ OFFLINE = "mlpmem.experiments.bench.offline:OfflineBenchConfig"
 PACKING = "mlpmem.experiments.bench.packing:PackingBenchConfig"
 LM_EVAL_BENCH = "mlpmem.experiments.bench.lm_eval_contexts:LmEvalBenchConfig"
 KNN = "mlpmem.experiments.bench.knn_setup:KnnSetupConfig"
-MOSAICS = "mlpmem.experiments.mosaics.cli"
-MODEL = Arg("--model", choices="mlpmem.experiments.mosaics.cli:MODELS", default="both",
-            help="which model(s): Memory Mosaics, the matched Transformer, or both")
 
 
 def _maintenance(*extra: Arg) -> tuple[Arg, ...]:
@@ -196,15 +192,14 @@ EXPERIMENTS = [
                 Arg("--precision", choices=("fp32", "bf16", "auto"),
                     default_from="mlpmem.experiments.qa.eval_qa:GenerationConfig", help="decoding precision"),
                 Arg("--out", help="write the score and every prediction to this JSON file"),
-                QUIET), aliases=("eval-qa",)),
+                QUIET)),
     Command("report", "qa", f"{QA}:cmd_qa_report",
             "the whole QA comparison, no-regression checks, ablations and report", (
                 *RUN,
                 Arg("--no-ablations", action="store_true", help="skip the ablation studies"),
                 Arg("--no-battery", action="store_true", help="skip the lm-eval battery (finished ones are reported)"),
                 Arg("--report-only", action="store_true",
-                    help="compute nothing: write the report from what earlier (interrupted) runs finished")),
-            aliases=("qa-report",)),
+                    help="compute nothing: write the report from what earlier (interrupted) runs finished"))),
     Command("infer", "bench", f"{BENCH}:bench_infer",
             "time to first token and decode speed: backbone, memory, kNN-LM, RAG", (
                 *_bench(INFER),
@@ -220,16 +215,14 @@ EXPERIMENTS = [
                 Arg("--knn-nlist", type=int, default_from=f"{KNN}.index.nlist", help="IVF lists of the kNN-LM index"),
                 Arg("--knn-nprobe", type=int, default_from=f"{KNN}.index.nprobe", help="lists searched per query"),
                 Arg("--rag-retriever", choices=("dense", "bm25"), default_from=INFER, help="RAG retriever"),
-                Arg("--lam", type=float, help="memory λ (default: the run's, or a fixed one if the run chose 0)")),
-            aliases=("bench-infer",)),
+                Arg("--lam", type=float, help="memory λ (default: the run's, or a fixed one if the run chose 0)"))),
     Command("offline", "bench", f"{BENCH}:bench_offline",
             "speed of key extraction, teacher and training on a capped corpus slice", (
                 *_bench(OFFLINE),
                 Arg("--train-tokens", type=int, default_from=OFFLINE, help="cap of the training split"),
                 Arg("--train-steps", type=int, default_from=OFFLINE, help="timed training steps"),
                 Arg("--teacher-queries", type=int, default_from=OFFLINE,
-                    help="queries of the full-size fp32 vs bf16 teacher search (0 skips)")),
-            aliases=("bench-offline",)),
+                    help="queries of the full-size fp32 vs bf16 teacher search (0 skips)"))),
     Command("packing", "bench", f"{BENCH}:bench_packing",
             "key extraction of short documents: packed rows vs one window per row", (
                 Arg("config", nargs="?", default="configs/qa-synthetic.yaml",
@@ -268,23 +261,7 @@ EXPERIMENTS = [
                 Arg("--shard-width", type=int, default=4096, help="intermediate size of the DDP/FSDP memory"),
                 Arg("--corpus-repeats", default="4,16",
                     help="times the training split is repeated for the datastore stage's peak RSS (empty: skip)"),
-                Arg("--docs", default="docs/results/scale", help="also write report.md and results.json here")),
-            aliases=("bench-scale",)),
-    Command("train", "mosaics", f"{MOSAICS}:cmd_mosaics_train",
-            "Memory Mosaics v2 and its matched Transformer: data, tokenizer, training", (*RUN, MODEL),
-            aliases=("mosaics-train",)),
-    Command("eval", "mosaics", f"{MOSAICS}:cmd_mosaics_eval",
-            "Memory Mosaics v2 vs Transformer: the three questions, table and plot", (*RUN, MODEL),
-            aliases=("mosaics-eval",)),
-    Command("memory", "mosaics", f"{MOSAICS}:cmd_mosaics_memory",
-            "an MLP Memory on top of each trained Mosaics/Transformer model", (*RUN, MODEL),
-            aliases=("mosaics-memory",)),
-    Command("recall", "mosaics", f"{MOSAICS}:cmd_mosaics_recall",
-            "planted key-value recall: tiny Memory Mosaics vs Transformers", (
-                Arg("--steps", type=int, default_from="mlpmem.experiments.mosaics.recall:compare",
-                    help="training steps of each tiny model"),
-                Arg("--out", help="also write report.md and results.json to this folder")),
-            aliases=("mosaics-recall",)),
+                Arg("--docs", default="docs/results/scale", help="also write report.md and results.json here"))),
     Command("list", "tasks", "mlpmem.experiments.tasks.cli:cmd_list",
             "BIG-bench multiple-choice tasks, their sizes, the selection rule's verdict", (
                 Arg("--all", action="store_true", help="also the rejected tasks, with the reason"),
@@ -329,5 +306,3 @@ EXPERIMENTS = [
 ]
 
 COMMANDS: list[Command] = [*PIPELINE, *EXPERIMENTS]
-ALIASES: dict[str, list[str]] = {alias: c.path for c in COMMANDS for alias in c.aliases}
-"""Old flat name -> the command's words, e.g. ``bench-infer`` -> ``["bench", "infer"]``."""

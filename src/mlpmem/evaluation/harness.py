@@ -17,7 +17,7 @@ and generate_until (batched, stop strings, KV cache) are lm-eval's code. The met
     retrieve with and is refused;
   - ``method=cpt|lora``: the fine-tuned model saved in ``weights=<folder>``
     (:func:`~mlpmem.baselines.finetuned.save_finetuned`), on the run's backbone and tokenizer;
-  - ``method=mosaics``: a trained Memory Mosaics folder (``pretrained=<folder>``) with its own tokenizer.
+  - ``method=backbone`` with ``pretrained=<folder>``: any causal LM folder with its own tokenizer.
 
 model_args: ``run=<run folder>`` (or ``pretrained=<folder>``), ``method=``, ``lam=auto|<float>`` ("auto": the
 run's validation choice), ``share_context=false`` (every loglikelihood request runs its context anew, as

@@ -2,15 +2,14 @@
 (:func:`build_model`) for the ``mlpmem`` model type of :mod:`mlpmem.evaluation.harness`.
 
   - ``memory``: the run's memory-augmented model (or ``pretrained=`` a saved one), at ``lam`` or with its ``gate``;
-  - ``backbone``: the run's backbone alone;
+  - ``backbone``: the run's backbone alone (or ``pretrained=`` any causal LM folder with its tokenizer, e.g. a
+    model whose package registered its type with the Auto classes);
   - ``knnlm``: the backbone with the kNN-LM hooks of :func:`~mlpmem.baselines.methods.build_method`;
   - ``rag-dense`` / ``rag-bm25``: the backbone, and the :class:`~mlpmem.baselines.rag.RAG` of ``build_method``
     over ``docs=`` (a JSON list or JSON lines of ``{"text"}``; default: the train split of the run's corpus,
     as the QA suite gives RAG its memory corpus); the adapter puts the retrieved passages before every context;
   - ``cpt`` / ``lora``: the fine-tuned model in ``weights=`` (:func:`~mlpmem.baselines.finetuned.load_finetuned`;
     written by :func:`~mlpmem.baselines.finetuned.save_finetuned`), on the run's backbone and tokenizer;
-  - ``mosaics``: a trained Memory Mosaics folder (``pretrained=``, ``<out_dir>/mosaics/model`` of
-    ``mlpmem mosaics train``) through the Auto classes, with the tokenizer saved in it.
 
 Every method reads ``precision=``: ``fp32`` (default), ``bf16`` (every model call under bf16 autocast, the weights
 staying fp32 and cast once per scoring call, :func:`~mlpmem.compute.inference_scope`; the returned logits fp32)
@@ -26,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,7 +42,6 @@ from mlpmem.corpora.documents import read_documents, split_files
 from mlpmem.errors import ConfigError, CorpusError
 from mlpmem.inference.gate import check_floor
 from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
-from mlpmem.mosaics.config import MosaicsConfig
 from mlpmem.pipeline.corpus import corpus_folder
 from mlpmem.pipeline.hf_export import AUTO, augmented_from_run, open_run, run_lambda
 
@@ -55,10 +54,11 @@ OPTIONS: dict[str, tuple[str, ...]] = {
     **{m: ("docs", *RAG_OPTIONS) for m in RAG_METHODS},
     "cpt": ("weights",),
     "lora": ("weights",),
-    "mosaics": (),
 }
 """Every method of ``method=`` and the model_args it reads besides its source (``run=`` / ``pretrained=``)."""
 METHODS = tuple(OPTIONS)
+PRETRAINED = ("memory", "backbone")
+"""The methods that take ``pretrained=`` instead of ``run=``."""
 
 Mixing = Callable[[], contextlib.AbstractContextManager]
 
@@ -70,7 +70,8 @@ class MethodArgs:
     run: str | None = None
     """A finished run folder: its backbone, memory, datastore, corpus."""
     pretrained: str | None = None
-    """Instead of ``run``: a saved memory-augmented folder (memory), or a Memory Mosaics folder (mosaics)."""
+    """Instead of ``run``: a saved memory-augmented folder (memory), or a causal LM folder with its tokenizer
+    (backbone)."""
     method: str = "memory"
     lam: float | str = AUTO
     """``auto`` (the run's validation choice) or a number in [0, 1] (memory, knnlm)."""
@@ -124,15 +125,11 @@ class MethodArgs:
             self.rag = RAGConfig(retriever=method.removeprefix("rag-"), **given)
 
     def _check_source(self) -> None:
-        if self.method == "mosaics":
-            if self.pretrained is None or self.run is not None:
-                raise ConfigError("method=mosaics needs pretrained=<Memory Mosaics folder> and no run=")
-            return
         if (self.run is None) == (self.pretrained is None):
             raise ConfigError("model_args need exactly one of run=<run folder> or pretrained=<saved folder>")
-        if self.pretrained is not None and self.method != "memory":
-            raise ConfigError("pretrained= is a saved memory-augmented model (method=memory) or a Memory Mosaics "
-                              f"folder (method=mosaics), not method={self.method}")
+        if self.pretrained is not None and self.method not in PRETRAINED:
+            raise ConfigError("pretrained= is a saved memory-augmented model (method=memory) or a causal LM folder "
+                              f"with its tokenizer (method=backbone), not method={self.method}")
 
     def source(self) -> dict:
         """What was evaluated, for lm-eval's results."""
@@ -187,19 +184,15 @@ def run_documents(run) -> list[dict]:
             from None
 
 
-def load_mosaics(folder: str | Path) -> tuple[nn.Module, object]:
-    """A trained Memory Mosaics model and the tokenizer saved with it."""
-    folder = Path(folder).expanduser()
-    if not (folder / "config.json").is_file():
-        raise ConfigError(f"pretrained={folder} is not a model folder (no config.json)")
-    model_type = json.loads((folder / "config.json").read_text()).get("model_type")
-    if model_type != MosaicsConfig.model_type:
-        raise ConfigError(f"pretrained={folder} is a {model_type!r} model, not Memory Mosaics "
-                          f"({MosaicsConfig.model_type!r})")
-    if not (folder / "tokenizer_config.json").is_file():
-        raise ConfigError(f"pretrained={folder} has no tokenizer (`mlpmem mosaics train` copies its tokenizer "
-                          "into the model folder)")
-    return load_backbone(str(folder))
+def load_pretrained(folder: str) -> Loaded:
+    """A causal LM folder (its type known to the Auto classes) and the tokenizer saved with it; a model whose
+    forward takes no KV cache (``cache``) is scored without a shared context."""
+    path = Path(folder).expanduser()
+    if path.is_dir() and not (path / "tokenizer_config.json").is_file():
+        raise ConfigError(f"pretrained={folder} has no tokenizer (save the tokenizer into the model folder)")
+    model, tokenizer = load_backbone(folder)
+    caches = "cache" in inspect.signature(model.forward).parameters
+    return Loaded(model, tokenizer, caches=caches)
 
 
 @contextlib.contextmanager
@@ -219,8 +212,8 @@ def build_model(args: MethodArgs, run=None) -> Loaded:
 
 
 def _build(args: MethodArgs, run=None) -> Loaded:
-    if args.method == "mosaics":
-        return Loaded(*load_mosaics(args.pretrained), caches=False)  # its memories attend to every position anew
+    if args.pretrained is not None and args.method == "backbone":
+        return load_pretrained(args.pretrained)
     if args.pretrained is not None:
         model = MemoryAugmentedForCausalLM.from_pretrained(args.pretrained)
         if args.lam != AUTO:

@@ -1,1 +1,1 @@
-"""Experiments built on the library (which never imports them): QA, benchmarks, ablations, Memory Mosaics."""
+"""Experiments built on the library (which never imports them): QA, benchmarks, ablations."""

@@ -18,9 +18,10 @@ A saved folder::
       gate/                    the learned gate, if any (gate.json + gate.safetensors, bound to the memory)
       backbone/                the backbone itself, only when saved with ``copy_backbone=True``
 
-Importing this module registers the ``mlpmem`` model type with ``AutoConfig`` and ``AutoModelForCausalLM``,
-so ``AutoModelForCausalLM.from_pretrained(folder)`` works once ``import mlpmem.inference.hf_model`` (or
-``import mlpmem.evaluation.harness``) has run; there is no remote code.
+Importing this module registers the ``mlpmem`` model type with ``AutoConfig`` and ``AutoModelForCausalLM``
+(as any package registers its own model type), so ``AutoModelForCausalLM.from_pretrained(folder)`` works
+once ``import mlpmem.inference.hf_model`` (or ``import mlpmem.evaluation.harness``) has run; there is no
+remote code.
 """
 
 from __future__ import annotations

@@ -7,17 +7,19 @@ import json
 import numpy as np
 import pytest
 
-from helpers.paths import ROOT
-from mlpmem.errors import ConfigError
-from mlpmem.experiments.mosaics import tasks
-from mlpmem.experiments.mosaics.config import (
+from memory_mosaics.experiments import tasks
+from memory_mosaics.experiments.config import (
     EvalSection,
     ModelSection,
     MosaicsExperiment,
     TrainSection,
+    config_path,
+    load_experiment,
+    presets,
 )
+from mlpmem.errors import ConfigError
 
-CONFIGS = sorted((ROOT / "configs" / "mosaics").glob("*.yaml"))
+CONFIGS = [config_path(name) for name in presets()]
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
@@ -42,9 +44,22 @@ def test_bad_values_are_one_line_config_errors(tmp_path):
         MosaicsExperiment(extra_train=["novels"])
 
 
+def test_a_config_argument_is_a_yaml_file_or_a_shipped_preset(tmp_path):
+    assert presets() == ["gpu", "hour", "hour-more-text", "small"]
+    assert load_experiment("small") == MosaicsExperiment.from_yaml(config_path("small"))
+    assert load_experiment("small", ["train.steps=7"]).train.steps == 7
+    own = tmp_path / "mine.yaml"
+    own.write_text("out_dir: somewhere\n")
+    assert load_experiment(str(own)).out_dir == "somewhere"
+    with pytest.raises(ConfigError, match="neither a YAML file path .* nor a preset"):
+        load_experiment("smal")
+    with pytest.raises(ConfigError, match="not found"):
+        load_experiment(str(tmp_path / "missing.yaml"))
+
+
 def test_extra_training_text_and_data_settings(tmp_path, monkeypatch):
-    from mlpmem.experiments.mosaics import data
-    from mlpmem.experiments.mosaics.data import prepare_streams
+    from memory_mosaics.experiments import data
+    from memory_mosaics.experiments.data import prepare_streams
 
     texts = {"wikipedia-by-article": "the article says the river is long. ", "shakespeare-by-play": "to be or not. "}
     monkeypatch.setattr(data, "prepare", lambda name: name)
@@ -112,7 +127,7 @@ def test_accuracy_picks_the_highest_scoring_choice():
 
 
 def test_report_writes_table_and_plot(tmp_path):
-    from mlpmem.experiments.mosaics.report import three_questions_table, write_report
+    from memory_mosaics.experiments.report import three_questions_table, write_report
 
     def fake(acc):
         return {"test": {"ppl": 50.0}, "cloze": acc, "train": {"tokens_per_s": 10.0, "train_seconds": 5.0},

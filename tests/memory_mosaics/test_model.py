@@ -6,17 +6,17 @@ import numpy as np
 import pytest
 import torch
 
-from mlpmem.backbone import decoder_layers, extract_keys, feed_forward
-from mlpmem.experiments.mosaics.config import TrainSection
-from mlpmem.mosaics.config import MosaicsConfig
-from mlpmem.mosaics.model import MosaicsForCausalLM
-from mlpmem.mosaics.transformer import (
+from memory_mosaics.config import MosaicsConfig
+from memory_mosaics.experiments.config import TrainSection
+from memory_mosaics.model import MosaicsForCausalLM
+from memory_mosaics.transformer import (
     build_transformer,
     count_parameters,
     document_positions,
     flops_per_token,
     forward_documents,
 )
+from mlpmem.backbone import decoder_layers, extract_keys, feed_forward
 
 
 def tiny_config(**kw) -> MosaicsConfig:
@@ -113,7 +113,7 @@ def test_transformer_is_matched_in_parameters_and_flops_are_reported():
 
 @pytest.mark.parametrize("kind", ["mosaics", "transformer"])
 def test_tiny_models_train_on_a_repetitive_sequence(kind, tmp_path):
-    from mlpmem.experiments.mosaics.trainer import train_model
+    from memory_mosaics.experiments.trainer import train_model
 
     torch.manual_seed(0)
     cfg = tiny_config()
@@ -130,7 +130,7 @@ def test_tiny_models_train_on_a_repetitive_sequence(kind, tmp_path):
 
 
 def test_training_resumes_exactly(tmp_path):
-    from mlpmem.experiments.mosaics.trainer import train_model
+    from memory_mosaics.experiments.trainer import train_model
 
     tokens = np.tile(np.arange(1, 9, dtype=np.int32), 40)
     docs = np.zeros_like(tokens)
@@ -152,7 +152,7 @@ def test_training_resumes_exactly(tmp_path):
 
 
 def test_a_tiny_model_recalls_a_pair_planted_earlier_in_context():
-    from mlpmem.experiments.mosaics.recall import recall_config, train_recall
+    from memory_mosaics.experiments.recall import recall_config, train_recall
 
     torch.manual_seed(0)
     accuracy = train_recall(MosaicsForCausalLM(recall_config(layers=1)), steps=150)
@@ -171,8 +171,8 @@ def test_a_saved_model_loads_as_a_backbone_by_path(tiny_tokenizer, tmp_path):
 
 
 def test_memory_on_top_config_points_at_the_trained_models(tmp_path):
-    from mlpmem.experiments.mosaics.config import MosaicsExperiment
-    from mlpmem.experiments.mosaics.memory_on_top import pipeline_config
+    from memory_mosaics.experiments.config import MosaicsExperiment
+    from memory_mosaics.experiments.memory_on_top import pipeline_config
 
     exp = MosaicsExperiment(out_dir=str(tmp_path))
     cfg = pipeline_config(exp, "mosaics")

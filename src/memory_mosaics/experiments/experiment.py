@@ -15,19 +15,19 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from mlpmem.errors import MlpmemError
-from mlpmem.experiments.mosaics import tasks
-from mlpmem.experiments.mosaics.config import MosaicsExperiment
-from mlpmem.experiments.mosaics.data import prepare_streams
-from mlpmem.experiments.mosaics.report import write_report
-from mlpmem.experiments.mosaics.trainer import evaluate_loss, train_model
-from mlpmem.experiments.qa.choice import continuation_logprobs
-from mlpmem.mosaics.model import MosaicsForCausalLM
-from mlpmem.mosaics.transformer import (
+from memory_mosaics.experiments import tasks
+from memory_mosaics.experiments.config import MosaicsExperiment
+from memory_mosaics.experiments.data import prepare_streams
+from memory_mosaics.experiments.report import write_report
+from memory_mosaics.experiments.trainer import evaluate_loss, train_model
+from memory_mosaics.model import MosaicsForCausalLM
+from memory_mosaics.transformer import (
     build_transformer,
     count_parameters,
     flops_per_token,
 )
+from mlpmem.errors import MlpmemError
+from mlpmem.experiments.qa.choice import continuation_logprobs
 from mlpmem.utils.shards import read_json, write_json
 
 KINDS = ("mosaics", "transformer")
@@ -78,7 +78,7 @@ def save_tokenizer_with_models(exp: MosaicsExperiment, kinds=KINDS) -> None:
 def load_trained(exp: MosaicsExperiment, kind: str):
     folder = Path(exp.out_dir) / kind / "model"
     if not (folder / "config.json").is_file():
-        raise MlpmemError(f"{folder} not found: run `mlpmem mosaics train` first")
+        raise MlpmemError(f"{folder} not found: run `memory-mosaics train` first")
     if kind == "mosaics":
         return MosaicsForCausalLM.from_pretrained(folder).eval()
     return AutoModelForCausalLM.from_pretrained(folder).eval()

@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mlpmem.mosaics.config import MosaicsConfig
-from mlpmem.mosaics.model import MosaicsForCausalLM
-from mlpmem.mosaics.transformer import build_transformer, count_parameters
+from memory_mosaics.config import MosaicsConfig
+from memory_mosaics.model import MosaicsForCausalLM
+from memory_mosaics.transformer import build_transformer, count_parameters
 
 
 def recall_batch(rng: np.random.Generator, batch: int, length: int, vocab: int):

@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from mlpmem.mosaics.config import MosaicsConfig
-from mlpmem.mosaics.memory_layers import long_term_mask, same_document, short_term_mask
+from memory_mosaics.config import MosaicsConfig
+from memory_mosaics.memory_layers import long_term_mask, same_document, short_term_mask
 
 
 def count_parameters(model: torch.nn.Module) -> int:

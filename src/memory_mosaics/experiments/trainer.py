@@ -21,15 +21,15 @@ from accelerate import Accelerator
 from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
-from mlpmem.compute import model_device
-from mlpmem.errors import ConfigError, CorruptArtifact
-from mlpmem.experiments.mosaics.config import TrainSection
-from mlpmem.experiments.mosaics.data import (
+from memory_mosaics.experiments.config import TrainSection
+from memory_mosaics.experiments.data import (
     evaluation_starts,
     training_starts,
     window_batch,
 )
-from mlpmem.mosaics.transformer import forward_documents
+from memory_mosaics.transformer import forward_documents
+from mlpmem.compute import model_device
+from mlpmem.errors import ConfigError, CorruptArtifact
 from mlpmem.training.checkpoint import flat_moments, save_checkpoint
 from mlpmem.training.optim import lr_at, optimizer_step
 from mlpmem.utils.shards import read_json, write_json

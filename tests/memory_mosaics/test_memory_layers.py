@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from mlpmem.mosaics.config import MosaicsConfig
-from mlpmem.mosaics.memory_layers import (
+from memory_mosaics.config import MosaicsConfig
+from memory_mosaics.memory_layers import (
     AssociativeMemory,
     alpha_param,
     bandwidth,

@@ -1,9 +1,10 @@
-"""The commands of the Memory Mosaics experiment (declared in :mod:`mlpmem.cli.table`, imported when one runs).
+"""The commands of the Memory Mosaics experiment (declared in :mod:`memory_mosaics.cli`, imported when one runs).
 
-``mlpmem mosaics train <config> [--model mosaics|transformer|both]``: tokenizer, data, both models trained.
-``mlpmem mosaics eval <config>``: the three questions; writes results.json, results.md, three-questions.png.
-``mlpmem mosaics memory <config>``: an MLP Memory (the project's pipeline) on top of each trained model.
-``mlpmem mosaics recall [--steps N] [--out DIR]``: planted-pair recall of tiny models of both kinds (seconds).
+``memory-mosaics train <config> [--model mosaics|transformer|both]``: tokenizer, data, both models trained.
+``memory-mosaics eval <config>``: the three questions; writes results.json, results.md, three-questions.png.
+``memory-mosaics memory <config>``: an MLP Memory (the project's pipeline) on top of each trained model.
+``memory-mosaics recall [--steps N] [--out DIR]``: planted-pair recall of tiny models of both kinds (seconds).
+``memory-mosaics lm-eval ...``: ``mlpmem lm-eval`` once the model type is registered (this module imports it).
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from pathlib import Path
 
 import torch
 
-from mlpmem.experiments.mosaics.config import MosaicsExperiment
-from mlpmem.experiments.mosaics.experiment import KINDS, eval_stage, train_stage
-from mlpmem.experiments.mosaics.memory_on_top import memory_stage, memory_table
-from mlpmem.experiments.mosaics.recall import compare
-from mlpmem.experiments.mosaics.report import sizes_table, three_questions_table
+from memory_mosaics.experiments.config import MosaicsExperiment, load_experiment
+from memory_mosaics.experiments.experiment import KINDS, eval_stage, train_stage
+from memory_mosaics.experiments.memory_on_top import memory_stage, memory_table
+from memory_mosaics.experiments.recall import compare
+from memory_mosaics.experiments.report import sizes_table, three_questions_table
+from mlpmem.cli.harness import lm_eval
 from mlpmem.reporting.tables import markdown_table
 from mlpmem.utils.shards import write_json
 
@@ -26,7 +28,7 @@ MODELS = (*KINDS, "both")
 
 
 def _exp(args: argparse.Namespace) -> MosaicsExperiment:
-    return MosaicsExperiment.from_yaml(args.config, args.set)
+    return load_experiment(args.config, args.set)
 
 
 def _kinds(args: argparse.Namespace) -> tuple[str, ...]:
@@ -61,7 +63,12 @@ def cmd_mosaics_recall(args: argparse.Namespace) -> None:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        command = "mlpmem mosaics recall" + (f" --steps {args.steps}" if args.steps is not None else "")
+        command = "memory-mosaics recall" + (f" --steps {args.steps}" if args.steps is not None else "")
         write_json(out / "results.json", {"command": command, "rows": rows})
         (out / "report.md").write_text(f"# Planted key-value recall\n\n`{command} --out {args.out}` "
                                        "(seeded; one thread)\n\n" + table + "\n")
+
+
+def cmd_lm_eval(args: argparse.Namespace) -> None:
+    """``mlpmem lm-eval``'s command, the Memory Mosaics model type registered (by this module's imports)."""
+    lm_eval(args)

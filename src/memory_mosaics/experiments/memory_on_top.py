@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from memory_mosaics.experiments.config import MosaicsExperiment
+from memory_mosaics.experiments.experiment import save_tokenizer_with_models
+from memory_mosaics.experiments.report import KIND_NAMES
 from mlpmem.config import from_dict
-from mlpmem.experiments.mosaics.config import MosaicsExperiment
-from mlpmem.experiments.mosaics.experiment import save_tokenizer_with_models
-from mlpmem.experiments.mosaics.report import KIND_NAMES
 from mlpmem.pipeline import run_pipeline
 from mlpmem.pipeline.config import PipelineConfig
 from mlpmem.pipeline.run import Run

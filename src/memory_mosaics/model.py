@@ -5,6 +5,9 @@ Structured like Llama (``model.model.layers[i].mlp``, ``model.model.norm``, ``mo
 Documents: ``document_ids`` (B, T) separate packed documents (no recurrence or retrieval crosses them);
 ``attention_mask`` zeros (padding) become one-token documents of their own, so they are never retrieved.
 There is no incremental cache: every ``generate`` step recomputes the whole prefix (fine at our sizes).
+
+Importing this module registers the ``memory_mosaics_v2`` model type with transformers' ``AutoConfig`` and
+``AutoModelForCausalLM``, so a saved model folder loads by path like any causal LM.
 """
 
 from __future__ import annotations
@@ -12,13 +15,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import GenerationMixin, PreTrainedModel
+from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput, CausalLMOutput
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-from mlpmem.mosaics.block import MosaicsBlock
-from mlpmem.mosaics.config import MosaicsConfig
-from mlpmem.mosaics.memory_layers import (
+from memory_mosaics.block import MosaicsBlock
+from memory_mosaics.config import MosaicsConfig
+from memory_mosaics.memory_layers import (
     AssociativeMemory,
     long_term_mask,
     short_term_mask,
@@ -121,3 +124,7 @@ class MosaicsForCausalLM(MosaicsPreTrainedModel, GenerationMixin):
 
     def _supports_default_dynamic_cache(self) -> bool:  # noqa: D401 - transformers hook
         return False
+
+
+AutoConfig.register(MosaicsConfig.model_type, MosaicsConfig, exist_ok=True)
+AutoModelForCausalLM.register(MosaicsConfig, MosaicsForCausalLM, exist_ok=True)

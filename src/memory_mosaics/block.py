@@ -13,8 +13,8 @@ import torch
 from torch import nn
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm
 
-from mlpmem.mosaics.config import MosaicsConfig
-from mlpmem.mosaics.memory_layers import AssociativeMemory
+from memory_mosaics.config import MosaicsConfig
+from memory_mosaics.memory_layers import AssociativeMemory
 
 
 class ContextualMemory(nn.Module):

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mlpmem.mosaics.config import MosaicsConfig
+from memory_mosaics.config import MosaicsConfig
 
 BETA_CAP, VALUE_SCALE_CAP = 10.0, 15.0
 INIT_BETA_THETA, INIT_ALPHA_THETA = 1.5, 1.0 / 3.0

@@ -27,7 +27,7 @@ import random
 
 import numpy as np
 
-from mlpmem.experiments.mosaics.config import EvalSection
+from memory_mosaics.experiments.config import EvalSection
 from mlpmem.experiments.qa.bigbench import qa_wikidata
 from mlpmem.experiments.qa.synthetic import DOC_TEMPLATES, SyntheticConfig, document, make_entities
 

@@ -1,15 +1,17 @@
 """The Memory Mosaics v2 experiment: both models, their shared data, training recipe and evaluation (YAML
-presets in ``configs/mosaics/``)."""
+presets inside the package, ``memory_mosaics/configs/``, named by their file name: ``small``, ``hour``, ...)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from importlib.resources import files
+from pathlib import Path
 from typing import Literal
 
+from memory_mosaics.config import MosaicsConfig
 from mlpmem.config import Config
 from mlpmem.corpora.registry import CORPORA
 from mlpmem.errors import ConfigError
-from mlpmem.mosaics.config import MosaicsConfig
 
 
 @dataclass
@@ -119,3 +121,26 @@ class MosaicsExperiment(Config):
         if self.vocab_size < 300:
             raise ConfigError(f"mosaics vocab_size must be >= 300 (bytes + merges), got {self.vocab_size}")
 
+
+
+def presets() -> list[str]:
+    """The names of the shipped presets (``small``, ``hour``, ...)."""
+    return sorted(f.name.removesuffix(".yaml") for f in files("memory_mosaics").joinpath("configs").iterdir()
+                  if f.name.endswith(".yaml"))
+
+
+def config_path(config: str | Path) -> Path:
+    """The YAML file a CONFIG argument names: a path (it has a ``/`` or ends in ``.yaml``/``.yml``), or else the
+    name of a preset shipped inside the package (``small`` is ``memory_mosaics/configs/small.yaml``)."""
+    text = str(config)
+    if "/" in text or "\\" in text or text.endswith((".yaml", ".yml")):
+        return Path(config)
+    if text not in presets():
+        raise ConfigError(f"config {text!r} is neither a YAML file path (with a '/' or ending in .yaml) nor a preset "
+                          f"({', '.join(presets())})")
+    return Path(str(files("memory_mosaics").joinpath("configs", f"{text}.yaml")))
+
+
+def load_experiment(config: str | Path, overrides: list[str] | None = None) -> MosaicsExperiment:
+    """The experiment of a CONFIG argument (a YAML path or a preset name) with ``key.sub=value`` overrides."""
+    return MosaicsExperiment.from_yaml(config_path(config), overrides)
