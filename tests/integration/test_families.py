@@ -9,12 +9,19 @@ early checks refuse a backbone the memory cannot use before the run folder holds
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 import transformers as T
 
+import mlpmem.reporting.curves
+import mlpmem.reporting.run_report
+import mlpmem.utils.shards
 from helpers.corpus import write_corpus
 from helpers.runs import TINY
+from helpers.tiny import left_padded
+from mlpmem.backbone import KeyHook, extract_keys
 from mlpmem.cli import main
 from mlpmem.errors import ConfigError
 from mlpmem.memory import MemoryConfig, size_for_backbone
@@ -78,17 +85,28 @@ def generate(model, tokenizer) -> torch.Tensor:
         return model.generate(**batch, max_new_tokens=4, do_sample=False, pad_token_id=tokenizer.pad_token_id)
 
 
-@pytest.mark.parametrize("index,name", list(enumerate(FAMILIES)))
-def test_family_end_to_end(index, name, tiny_tokenizer, corpus, tmp_path, monkeypatch):
-    import mlpmem.utils.shards
+def no_plot(*args) -> None:
+    """The report's figures are the same for every family: the tests write an empty file instead."""
+    path = args[1]
+    open(path, "wb").close()
+    return path
 
+
+@pytest.fixture()
+def quick(monkeypatch):
     monkeypatch.setattr(mlpmem.utils.shards, "FSYNC", False)
     monkeypatch.setenv("MLPMEM_THREADS", "1")
+    monkeypatch.setattr(mlpmem.reporting.curves, "plot_learning_curve", no_plot)
+    monkeypatch.setattr(mlpmem.reporting.run_report, "plot_lambda", no_plot)
+
+
+@pytest.mark.parametrize("index,name", list(enumerate(FAMILIES)))
+def test_family_end_to_end(index, name, tiny_tokenizer, corpus, tmp_path, quick):
     saved_family(name, tiny_tokenizer, tmp_path / "backbone")
     layer, site = KEYS[index % len(KEYS)]
-    tied = "true" if index % 2 else "false"
-    with pytest.warns(UserWarning, match="final_logit_softcapping=20.0") if name == "gemma2" and tied == "true" \
-            else _no_warning():
+    tied = "false" if index % 2 else "true"
+    warns = name == "gemma2" and tied == "true"
+    with pytest.warns(UserWarning, match="final_logit_softcapping=20.0") if warns else contextlib.nullcontext():
         assert main(run_args(tmp_path / "backbone", corpus, tmp_path / "run", "--set", f"backbone.layer={layer}",
                              "--set", f"backbone.site={site}", "--set", f"memory.tie_head={tied}")) == 0
     model = augmented_from_run(tmp_path / "run", lam=0.5)
@@ -98,14 +116,6 @@ def test_family_end_to_end(index, name, tiny_tokenizer, corpus, tmp_path, monkey
     folder = model.save_pretrained(tmp_path / "export")
     loaded = T.AutoModelForCausalLM.from_pretrained(folder)
     assert torch.equal(generate(loaded, tiny_tokenizer), tokens)
-
-
-class _no_warning:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def test_an_unknown_activation_key_trains_with_the_memorys_own(tiny_tokenizer):
@@ -157,3 +167,17 @@ def test_size_for_backbone_refuses_a_mismatched_recorded_width(tiny_tokenizer):
     model = tiny_family("mistral", tiny_tokenizer)
     with pytest.raises(ConfigError, match="input_size"):
         size_for_backbone(MemoryConfig(input_size=48), model)
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_keys_of_every_layer_and_site_are_the_same_extracted_and_in_a_full_forward(name, tiny_tokenizer):
+    """The datastore's truncated key extraction and the hook of the memory at inference read the same keys, for a
+    middle and the last layer at both sites, on a left-padded batch."""
+    model = tiny_family(name, tiny_tokenizer)
+    ids, mask = left_padded([[5, 9, 11, 7, 3], [8, 4]], pad=tiny_tokenizer.pad_token_id)
+    for layer, site in KEYS:
+        keys = extract_keys(model, ids, mask, layer, site)  # (2, 5, d)
+        with torch.no_grad(), KeyHook(model, layer, site) as hook:
+            model(input_ids=ids, attention_mask=mask)
+        assert keys.shape == (2, 5, 32)
+        torch.testing.assert_close(hook.keys, keys, msg=f"{name} {layer} {site}")
