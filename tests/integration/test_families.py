@@ -23,9 +23,10 @@ from helpers.runs import TINY
 from helpers.tiny import left_padded
 from mlpmem.backbone import KeyHook, extract_keys
 from mlpmem.cli import main
-from mlpmem.errors import ConfigError
+from mlpmem.errors import ConfigError, CorpusError
 from mlpmem.memory import MemoryConfig, size_for_backbone
 from mlpmem.pipeline.hf_export import augmented_from_run
+from mlpmem.pipeline.preflight import check_tokenizer
 
 WIDTH = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
 LLAMA_LIKE = dict(WIDTH, intermediate_size=64, num_key_value_heads=2, max_position_embeddings=128)
@@ -181,3 +182,22 @@ def test_keys_of_every_layer_and_site_are_the_same_extracted_and_in_a_full_forwa
             model(input_ids=ids, attention_mask=mask)
         assert keys.shape == (2, 5, 32)
         torch.testing.assert_close(hook.keys, keys, msg=f"{name} {layer} {site}")
+
+
+class _Tokenizer:
+    """Only what the early tokenizer check reads: the special tokens and the vocabulary."""
+
+    def __init__(self, vocab: dict, special: str | None):
+        self.vocab, self.bos_token, self.eos_token = vocab, special, special
+
+    def get_vocab(self) -> dict:
+        return dict(self.vocab)
+
+
+def test_early_checks_refuse_a_tokenizer_without_separator_or_with_ids_beyond_the_vocabulary(tiny_tokenizer):
+    model = tiny_family("llama", tiny_tokenizer)
+    with pytest.raises(CorpusError, match="document-separator"):
+        check_tokenizer(model, _Tokenizer({"a": 0}, None))
+    with pytest.raises(ConfigError, match="do not belong together"):
+        check_tokenizer(model, _Tokenizer({"<s>": 0, "x": 10_000}, "<s>"))
+    check_tokenizer(model, tiny_tokenizer)

@@ -47,7 +47,7 @@ class MemoryConfig(Config):
     """The feed-forward's activation (``gelu_tanh`` is the tanh approximation)."""
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     """The blocks' and the final norm: RMSNorm, or LayerNorm with a bias."""
-    norm_eps: float = 1e-6
+    norm_eps: float = 1e-5
     """The norms' epsilon."""
     tie_head: bool = True
     """Head = the backbone's output embedding, frozen and never saved (else an untied head trained from

@@ -132,13 +132,16 @@ def read_norm(module: nn.Module | None) -> tuple[str, float, dict[str, torch.Ten
     if eps is None or not 0.0 < eps < 1.0:
         return None
     kind = "layernorm" if isinstance(module, nn.LayerNorm) or getattr(module, "bias", None) is not None else "rmsnorm"
-    state = {"weight": weight.detach()}
-    if kind == "layernorm":
-        bias = getattr(module, "bias", None)
-        state["bias"] = torch.zeros_like(weight) if bias is None else bias.detach()
-    ours = make_norm(kind, weight.shape[0], eps).to(weight.device, weight.dtype)
-    ours.load_state_dict(state)
-    return (kind, eps, state) if _same(ours, module, weight.shape[0], weight) else None
+    for scale in (weight.detach(), 1.0 + weight.detach()):  # Gemma's RMSNorm scales by (1 + weight)
+        state = {"weight": scale}
+        if kind == "layernorm":
+            bias = getattr(module, "bias", None)
+            state["bias"] = torch.zeros_like(weight) if bias is None else bias.detach()
+        ours = make_norm(kind, weight.shape[0], eps).to(weight.device, weight.dtype)
+        ours.load_state_dict(state)
+        if _same(ours, module, weight.shape[0], weight):
+            return kind, eps, state
+    return None
 
 
 def _same(ours: nn.Module, theirs: nn.Module, width: int, like: torch.Tensor) -> bool:
