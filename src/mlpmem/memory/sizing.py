@@ -228,6 +228,8 @@ def size_for_backbone(config: MemoryConfig, model: nn.Module, tokenizer=None, ke
         if getattr(config, name) is not None and getattr(config, name) != values[name]:
             raise ConfigError(f"memory.{name}={getattr(config, name)} differs from the backbone's {values[name]}: "
                               "leave it unset")
+    if config.init != "random" and values["hidden_size"] != d:
+        raise ConfigError(f"memory.init: {config.init} needs memory.hidden_size unset (the key width {d})")
     if config.init == "backbone":
         mirror = read_block(model, init_start(model, layer))
         values.update(mlp=mirror.mlp, activation=mirror.activation, norm=mirror.norm, norm_eps=mirror.norm_eps,
@@ -253,9 +255,3 @@ def warn_scaling(config: MemoryConfig, model: nn.Module) -> None:
     if scaling and (config.tie_head or config.init != "random"):
         warnings.warn(f"the memory's logits do not apply the {family(model)} backbone's {', '.join(scaling)}: its "
                       "head gives them unscaled (the backbone's own logits keep it)", stacklevel=3)
-
-
-def head_weight_shape(model: nn.Module) -> tuple[int, int]:
-    """(V, width) of the backbone's output embedding, the shape a tied head must have."""
-    return tuple(model.get_output_embeddings().weight.shape)
-

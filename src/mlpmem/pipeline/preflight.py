@@ -62,5 +62,3 @@ def check_memory(run: Run) -> None:
         raise ConfigError(f"memory.tie_head needs a memory {config.width} wide over {config.vocab_size} tokens, but "
                           f"the backbone's output embedding is {head}: set memory.tie_head: false or leave "
                           "memory.hidden_size unset")
-    if config.init == "identity" and config.width != config.input_size:
-        raise ConfigError("memory.init: identity needs memory.hidden_size unset (the key width)")
