@@ -18,7 +18,8 @@ D, V = 8, 20
 
 def _memory(seed: int, **kw) -> MLPMemory:
     torch.manual_seed(seed)
-    return MLPMemory(MemoryConfig(input_size=D, vocab_size=V, intermediate_size=16, num_layers=1, **kw)).eval()
+    return MLPMemory(MemoryConfig(input_size=D, vocab_size=V, intermediate_size=16, num_layers=1,
+                                    **{"tie_head": False, **kw})).eval()
 
 
 def _dense(rows) -> np.ndarray:
@@ -93,7 +94,7 @@ def _saved_memories(store: KeyStore, folder, n: int) -> tuple[list, list[MLPMemo
     for seed in range(n):
         torch.manual_seed(seed)
         memory = MLPMemory(MemoryConfig(input_size=store.hidden_size, vocab_size=int(store.fingerprint["vocab_size"]),
-                                        intermediate_size=16, num_layers=1)).eval()
+                                        intermediate_size=16, num_layers=1, tie_head=False)).eval()
         folders.append(memory.save_pretrained(folder / f"m{seed}"))
         memories.append(memory)
     return folders, memories

@@ -145,6 +145,18 @@ def feed_forward(layer: nn.Module) -> nn.Module:
     raise MlpmemError(f"cannot find the feed-forward block of {type(layer).__name__}")
 
 
+def ffn_input_module(layer: nn.Module) -> nn.Module:
+    """The module whose input is the layer's feed-forward input: its feed-forward block, or where the layer holds
+    the feed-forward's projections itself (OPT), the first of them."""
+    try:
+        return feed_forward(layer)
+    except MlpmemError:
+        first = getattr(layer, "fc1", None)
+        if isinstance(first, nn.Module):
+            return first
+        raise
+
+
 def resolve_layer(model: nn.Module, layer: int | float) -> int:
     """Layer index from an int (negative counts from the end) or a depth fraction in (0, 1].
 
@@ -179,10 +191,18 @@ class KeyHook:
         self.model, self.site, self.stop = model, site, stop
         self.layer = resolve_layer(model, layer)
         self.keys: torch.Tensor | None = None
-        self._handle = None
+        self._rows: torch.Size | None = None
+        self._handles: list = []
+
+    def _layer_pre_hook(self, module, args, kwargs):
+        hidden = args[0] if args else kwargs.get("hidden_states")
+        self._rows = hidden.shape[:-1] if isinstance(hidden, torch.Tensor) else None  # (B, T)
 
     def _pre_hook(self, module, args, kwargs):
-        self.keys = args[0] if args else next(iter(kwargs.values()))
+        keys = args[0] if args else next(iter(kwargs.values()))
+        if self._rows is not None and keys.ndim == 2 and len(self._rows) == 2:  # OPT flattens (B, T, d) to (B*T, d)
+            keys = keys.view(*self._rows, keys.shape[-1])  # (B, T, d)
+        self.keys = keys
         if self.stop:
             raise _StopForward
 
@@ -194,13 +214,15 @@ class KeyHook:
     def __enter__(self) -> KeyHook:
         block = decoder_layers(self.model)[self.layer]
         if self.site == "ffn_input":
-            self._handle = feed_forward(block).register_forward_pre_hook(self._pre_hook, with_kwargs=True)
+            self._handles = [block.register_forward_pre_hook(self._layer_pre_hook, with_kwargs=True),
+                             ffn_input_module(block).register_forward_pre_hook(self._pre_hook, with_kwargs=True)]
         else:
-            self._handle = block.register_forward_hook(self._post_hook, with_kwargs=True)
+            self._handles = [block.register_forward_hook(self._post_hook, with_kwargs=True)]
         return self
 
     def __exit__(self, *exc) -> None:
-        self._handle.remove()
+        for handle in self._handles:
+            handle.remove()
 
 
 def keep_positions(keys: torch.Tensor, logits: torch.Tensor, logits_to_keep) -> torch.Tensor:

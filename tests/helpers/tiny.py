@@ -24,6 +24,7 @@ from transformers import (
 )
 
 from helpers.corpus import TEXT, corpus_text
+from mlpmem.memory import MemoryConfig, size_for_backbone
 
 VOCAB = 128
 PAD = 0
@@ -87,3 +88,11 @@ def left_padded(sequences: list[list[int]], pad: int = PAD) -> tuple[torch.Tenso
     ids = torch.tensor([[pad] * (width - len(s)) + s for s in sequences])
     mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences])
     return ids, mask
+
+
+def memory_config_for(backbone, preset: str = "tiny", key_layer: int | float = -1, key_site: str = "ffn_input",
+                      tokenizer=None, head_vocab_size: int | None = None, **options) -> MemoryConfig:
+    """A ``preset`` memory config sized for ``backbone``'s keys; untied unless ``tie_head=True`` is given (a test's
+    memory stands alone unless it ties it)."""
+    config = MemoryConfig(preset=preset, **{"tie_head": False, **options})
+    return size_for_backbone(config, backbone, tokenizer, key_layer, key_site, head_vocab_size)

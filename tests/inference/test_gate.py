@@ -9,13 +9,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers.tiny import PAD, VOCAB, TinyTokenizer, left_padded, tiny_backbone
+from helpers.tiny import PAD, VOCAB, TinyTokenizer, left_padded, memory_config_for, tiny_backbone
 from mlpmem.errors import ConfigError, CorruptArtifact, FingerprintMismatch
 from mlpmem.inference.gate import LOG_FLOOR, NUM_FEATURES, Gate, GateConfig, gate_features
 from mlpmem.inference.gate_io import GATE_WEIGHTS, load_gate, memory_checksum, save_gate, saved_for
 from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.inference.mixing import mix
-from mlpmem.memory import MemoryConfig, MLPMemory, tie_to_backbone
+from mlpmem.memory import MLPMemory, tie_to_backbone
 from mlpmem.training.gate import GateData, GateTrainConfig, holdout_split, nll, train_gate
 
 FAMILIES = ("llama", "gpt2")
@@ -27,7 +27,7 @@ def make_memory(backbone, seed: int = 3, tied: bool = False, corpus_head: bool =
     """A random memory with spread logits (it changes the greedy path); a corpus head scores HEAD_IDS only."""
     torch.manual_seed(seed)
     extra = {"head_vocab_size": len(HEAD_IDS)} if corpus_head else {}
-    memory = MLPMemory(MemoryConfig.from_backbone(backbone, "tiny", key_layer=-1, tie_head=tied, **extra)).eval()
+    memory = MLPMemory(memory_config_for(backbone, "tiny", key_layer=-1, tie_head=tied, **extra)).eval()
     if corpus_head:
         memory.set_head_vocab(HEAD_IDS)
     if tied:
@@ -271,7 +271,7 @@ def test_save_load_round_trip_and_from_pretrained(tmp_path):
     tokenizer = TinyTokenizer()
     backbone = tiny_backbone("gpt2")
     torch.manual_seed(3)
-    memory = MLPMemory(MemoryConfig.from_backbone(backbone, "tiny", key_layer=-1, tokenizer=tokenizer)).eval()
+    memory = MLPMemory(memory_config_for(backbone, "tiny", key_layer=-1, tokenizer=tokenizer)).eval()
     gate = random_gate(memory.config.input_size)
     gate.fit_standardisation(torch.randn(20, NUM_FEATURES))
     memory.save_pretrained(tmp_path / "memory")

@@ -10,12 +10,12 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
-from helpers.tiny import tiny_backbone
+from helpers.tiny import memory_config_for, tiny_backbone
 from mlpmem.backbone import load_backbone
 from mlpmem.errors import CorruptArtifact, FingerprintMismatch, MlpmemError
 from mlpmem.inference.gate import Gate, GateConfig
 from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
-from mlpmem.memory import MemoryConfig, MLPMemory
+from mlpmem.memory import MLPMemory
 from mlpmem.memory.io import save_memory
 from mlpmem.utils.checksums import record_folder
 
@@ -25,7 +25,7 @@ PROMPTS = ["The old lighthouse keeper walked", "He counted", "When the storm cam
 def random_memory(model, tokenizer, seed: int = 3) -> MLPMemory:
     """A memory on ``model`` whose logits are spread enough to move the mixture (and the greedy path)."""
     torch.manual_seed(seed)
-    memory = MLPMemory(MemoryConfig.from_backbone(model, "tiny", tokenizer=tokenizer)).eval()
+    memory = MLPMemory(memory_config_for(model, "tiny", tokenizer=tokenizer)).eval()
     with torch.no_grad():
         memory.head.weight.mul_(30.0)
     return memory

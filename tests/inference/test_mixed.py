@@ -6,12 +6,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers.tiny import PAD, VOCAB, TinyTokenizer, left_padded, tiny_backbone
+from helpers.tiny import PAD, VOCAB, TinyTokenizer, left_padded, memory_config_for, tiny_backbone
 from mlpmem.backbone import KeyHook, decoder_layers
 from mlpmem.errors import ConfigError, FingerprintMismatch
 from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.inference.mixing import mix, tied_head_logits
-from mlpmem.memory import MemoryConfig, MLPMemory
+from mlpmem.memory import MLPMemory
 
 FAMILIES = ("llama", "gpt2")
 PROMPTS = [[5, 17, 3, 99, 42, 7], [8, 9], [60, 61, 62, 63]]
@@ -21,7 +21,7 @@ def augmented(family: str, lam: float = 0.5, site: str = "ffn_input", tokenizer=
     """A tiny backbone with a random memory whose logits are spread enough to change the greedy path."""
     backbone = tiny_backbone(family)
     torch.manual_seed(3)
-    config = MemoryConfig.from_backbone(backbone, "tiny", key_layer=-1, key_site=site, tokenizer=tokenizer)
+    config = memory_config_for(backbone, "tiny", key_layer=-1, key_site=site, tokenizer=tokenizer)
     memory = MLPMemory(config).eval()
     with torch.no_grad():
         memory.head.weight.mul_(100.0)
@@ -217,7 +217,7 @@ def tied_augmented(family: str, lam: float, fuse_head: bool | None = None) -> Me
 
     backbone = tiny_backbone(family)
     torch.manual_seed(3)
-    memory = MLPMemory(MemoryConfig.from_backbone(backbone, "tiny", key_layer=-1, tie_head=True)).eval()
+    memory = MLPMemory(memory_config_for(backbone, "tiny", key_layer=-1, tie_head=True)).eval()
     tie_to_backbone(memory, backbone)
     with torch.no_grad():
         memory.norm.weight.mul_(30.0)  # spread p_mem so that the memory changes the greedy path

@@ -213,7 +213,8 @@ def test_damaged_or_pickled_checkpoint(tmp_path):
 
     def memory():
         torch.manual_seed(0)
-        return MLPMemory(MemoryConfig(input_size=d, vocab_size=v, intermediate_size=8, num_layers=1))
+        return MLPMemory(MemoryConfig(input_size=d, vocab_size=v, intermediate_size=8, num_layers=1,
+                                      tie_head=False))
 
     train_memory(memory(), data, val, cfg, tmp_path, progress=False, stop_after=3)
     weights = tmp_path / "checkpoint" / "memory" / "model.safetensors"

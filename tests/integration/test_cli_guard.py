@@ -109,7 +109,7 @@ def test_a_corrupt_shard_of_a_finished_datastore_says_how_to_repair_it(base, tmp
 @pytest.mark.parametrize("lam", [True, "0.3", None, [0.3]])
 def test_the_python_api_refuses_a_lambda_that_is_no_number(lam, tiny_llama):
     memory = MLPMemory(MemoryConfig(input_size=32, vocab_size=tiny_llama.config.vocab_size, intermediate_size=8,
-                                    num_layers=1))
+                                    num_layers=1, tie_head=False))
     keys = dict(key_layer=-1, key_site="ffn_input")
     with pytest.raises(ConfigError, match="real number in"):
         MemoryAugmentedForCausalLM.from_parts(tiny_llama, memory, lam=lam, **keys)

@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 import torch
 
+from helpers.tiny import memory_config_for
 from mlpmem.errors import ConfigError, MlpmemError
 from mlpmem.maintenance.documents import Holdings, doc_id, read_new_documents
 from mlpmem.maintenance.finetune import replay_rows, replay_sample, widen_head
 from mlpmem.maintenance.targets import fold_label, pure_label, restrict_to_head
 from mlpmem.maintenance.transaction import Pending, recover
-from mlpmem.memory import MemoryConfig, MLPMemory, tie_to_backbone
+from mlpmem.memory import MLPMemory, tie_to_backbone
 from mlpmem.training.loss import sparse_hybrid_loss
 
 
@@ -49,7 +50,7 @@ def test_targets_outside_a_corpus_head_move_to_the_residual():
 
 @pytest.mark.parametrize("tie", [True, False])
 def test_a_widened_head_keeps_its_rows_and_scores_the_new_tokens(tiny_llama, tiny_tokenizer, tie):
-    config = MemoryConfig.from_backbone(tiny_llama, "tiny", -1, "ffn_input", tiny_tokenizer, tie_head=tie,
+    config = memory_config_for(tiny_llama, "tiny", -1, "ffn_input", tiny_tokenizer, tie_head=tie,
                                         head_vocab_size=3)
     memory = MLPMemory(config)
     memory.set_head_vocab(torch.tensor([2, 5, 9]))

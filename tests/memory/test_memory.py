@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers.tiny import VOCAB, TinyTokenizer, tiny_backbone
+from helpers.tiny import VOCAB, TinyTokenizer, memory_config_for, tiny_backbone
 from mlpmem.backbone import KeyHook, decoder_layers, extract_keys, feed_forward
 from mlpmem.errors import ConfigError, CorruptArtifact, FingerprintMismatch
 from mlpmem.memory import MemoryConfig, MLPMemory, init_from_backbone, init_identity, tie_to_backbone
@@ -16,9 +16,15 @@ from mlpmem.memory import MemoryConfig, MLPMemory, init_from_backbone, init_iden
 FAMILIES = ("llama", "gpt2")
 
 
-def memory_for(backbone, preset: str = "tiny", tokenizer=None, **overrides) -> MLPMemory:
+def memory_for(backbone, preset: str = "tiny", tokenizer=None, key_layer=-1, key_site="ffn_input",
+               **overrides) -> MLPMemory:
     torch.manual_seed(1)
-    return MLPMemory(MemoryConfig.from_backbone(backbone, preset, tokenizer=tokenizer, **overrides))
+    return MLPMemory(memory_config_for(backbone, preset, key_layer, key_site, tokenizer, **overrides))
+
+
+def sized(preset: str = "tiny", **options) -> MemoryConfig:
+    return MemoryConfig(preset=preset, **{"input_size": 32, "vocab_size": VOCAB, "intermediate_size": 64,
+                                          "tie_head": False, **options})
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -37,29 +43,31 @@ def test_shapes_and_features(family):
 
 
 def test_presets_and_config_round_trip():
-    depths = {name: MemoryConfig.preset(name, 32, VOCAB, 64).num_layers for name in ("tiny", "small", "base", "large")}
+    depths = {name: sized(name).depth for name in ("tiny", "small", "base", "large")}
     assert depths == {"tiny": 2, "small": 4, "base": 8, "large": 15}
-    config = MemoryConfig.preset("small", 32, VOCAB, 64, family="gpt2", norm_eps=1e-4, key_layer=1, key_site="residual")
-    assert config.intermediate_size == 64 and config.hidden_size == 32 and config.activation == "gelu_tanh"
+    config = sized("small", mlp="plain", activation="gelu_tanh", norm="layernorm", norm_eps=1e-4, key_layer=1,
+                   key_site="residual")
+    assert config.intermediate_size == 64 and config.width == 32 and config.activation == "gelu_tanh"
     assert MemoryConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
 
 
 @pytest.mark.parametrize(
     "bad",
     [
-        dict(num_layers=0), dict(family="bert"), dict(norm_eps=0.0), dict(tie_head="yes"), dict(init="zeros"),
+        dict(num_layers=0), dict(mlp="moe"), dict(norm="batchnorm"), dict(norm_eps=0.0), dict(tie_head="yes"),
+        dict(init="zeros"),
         dict(key_site="attn"), dict(key_layer=-1), dict(hidden_size=True), dict(activation="tanh"),
         dict(backbone={"vocab_size": 99, "hidden_size": 32}),
     ],
 )
 def test_config_validation(bad):
     with pytest.raises(ConfigError):
-        MemoryConfig.preset("tiny", 32, VOCAB, 64, **bad)
+        sized(**bad)
 
 
 def test_config_rejects_unknown_preset_and_keys():
     with pytest.raises(ConfigError, match="preset"):
-        MemoryConfig.preset("huge", 32, VOCAB, 64)
+        sized("huge")
     with pytest.raises(ConfigError, match="unknown"):
         MemoryConfig.from_dict({"input_size": 32, "vocab_size": VOCAB, "intermediate_size": 64, "depth": 3})
 
@@ -67,7 +75,7 @@ def test_config_rejects_unknown_preset_and_keys():
 @pytest.mark.parametrize("family", FAMILIES)
 def test_init_from_backbone_copies_mlp_and_norm(family):
     backbone = tiny_backbone(family)
-    memory = memory_for(backbone, num_layers=2)
+    memory = memory_for(backbone, num_layers=2, init="backbone")
     assert init_from_backbone(memory, backbone, start_layer=0) == [0, 1]
     x = torch.randn(3, 4, 32)
     for block, layer in zip(memory.blocks, decoder_layers(backbone)):
@@ -84,7 +92,7 @@ def test_init_from_backbone_copies_mlp_and_norm(family):
 @pytest.mark.parametrize("tied", [True, False])
 def test_identity_init_on_last_residual_keys_is_the_backbone(family, tied):
     backbone = tiny_backbone(family)
-    memory = memory_for(backbone, key_layer=1, key_site="residual")
+    memory = memory_for(backbone, key_layer=1, key_site="residual", init="identity")
     if tied:
         tie_to_backbone(memory, backbone)
     init_identity(memory, backbone)
@@ -95,20 +103,21 @@ def test_identity_init_on_last_residual_keys_is_the_backbone(family, tied):
     torch.testing.assert_close(mem_logits, logits, rtol=1e-5, atol=1e-5)
     assert memory.config.init == "identity"
     with pytest.raises(ConfigError, match="hidden_size"):
-        init_identity(memory_for(backbone, hidden_size=48), backbone)
+        init_identity(memory_for(backbone, hidden_size=48, init="identity"), backbone)
 
 
 def test_init_window_shifts_and_cycles():
     backbone = tiny_backbone("llama")
-    assert init_from_backbone(memory_for(backbone, num_layers=2), backbone, start_layer=1) == [0, 1]
-    assert init_from_backbone(memory_for(backbone, num_layers=1), backbone, start_layer=-1) == [1]
-    assert init_from_backbone(memory_for(backbone, num_layers=5), backbone, start_layer=1) == [1, 0, 1, 0, 1]
+    mirror = dict(init="backbone", key_layer=0)
+    assert init_from_backbone(memory_for(backbone, num_layers=2, **mirror), backbone, start_layer=1) == [0, 1]
+    assert init_from_backbone(memory_for(backbone, num_layers=1, **mirror), backbone, start_layer=-1) == [1]
+    assert init_from_backbone(memory_for(backbone, num_layers=5, **mirror), backbone, start_layer=1) == [1, 0, 1, 0, 1]
 
 
 def test_init_from_backbone_rejects_other_family_or_widths():
     llama, gpt2 = tiny_backbone("llama"), tiny_backbone("gpt2")
     with pytest.raises(ConfigError, match="family|gpt2"):
-        init_from_backbone(memory_for(llama), gpt2, 0)
+        init_from_backbone(memory_for(llama, init="backbone"), gpt2, 0)
     with pytest.raises(ConfigError, match="widths"):
         init_from_backbone(memory_for(llama, intermediate_size=96), llama, 0)
 
@@ -223,7 +232,7 @@ def test_learns_a_repetitive_sequence_better_than_the_backbone():
     teacher_probs = torch.tensor([0.9, 0.05]).expand(len(targets), 2)
     residual = torch.full((len(targets),), 0.05)
     torch.manual_seed(0)
-    memory = MLPMemory(MemoryConfig.from_backbone(backbone, "tiny"))
+    memory = MLPMemory(memory_config_for(backbone, "tiny"))
     opt = torch.optim.Adam(memory.parameters(), lr=1e-2)
     for _ in range(100):
         loss, _ = sparse_hybrid_loss(memory(keys), teacher_ids, teacher_probs, residual, targets, alpha=0.5)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers.tiny import VOCAB, tiny_backbone
+from helpers.tiny import VOCAB, memory_config_for, tiny_backbone
 from mlpmem.errors import ConfigError
 from mlpmem.inference.mixing import mix
 from mlpmem.memory import MemoryConfig, MLPMemory, tie_to_backbone
@@ -23,7 +23,7 @@ IDS = torch.tensor([1, 4, 5, 9, 17, 30, 31, 50], dtype=torch.int64)
 
 def corpus_memory(backbone, tied: bool, ids: torch.Tensor = IDS) -> MLPMemory:
     torch.manual_seed(2)
-    config = MemoryConfig.from_backbone(backbone, "tiny", tie_head=tied, head_vocab_size=len(ids))
+    config = memory_config_for(backbone, "tiny", tie_head=tied, head_vocab_size=len(ids))
     memory = MLPMemory(config)
     memory.set_head_vocab(ids)
     return tie_to_backbone(memory, backbone) if tied else memory
@@ -46,15 +46,17 @@ def test_corpus_vocabulary_is_sorted_unique_and_ignores_pads():
 @pytest.mark.parametrize("bad", [torch.tensor([3, 3]), torch.tensor([5, 2]), torch.tensor([0, VOCAB]),
                                  torch.tensor([1.0, 2.0])])
 def test_set_head_vocab_refuses_bad_ids(bad):
-    memory = MLPMemory(MemoryConfig.preset("tiny", 32, VOCAB, 64, head_vocab_size=2))
+    memory = MLPMemory(MemoryConfig(input_size=32, vocab_size=VOCAB, intermediate_size=64, tie_head=False,
+                                    head_vocab_size=2))
     with pytest.raises(ConfigError):
         memory.set_head_vocab(bad)
     with pytest.raises(ConfigError, match="for a head of 2"):
         memory.set_head_vocab(torch.tensor([1, 2, 3]))
     with pytest.raises(ConfigError, match="full-vocabulary"):
-        MLPMemory(MemoryConfig.preset("tiny", 32, VOCAB, 64)).set_head_vocab(torch.tensor([1]))
+        full = MemoryConfig(input_size=32, vocab_size=VOCAB, intermediate_size=64, tie_head=False)
+        MLPMemory(full).set_head_vocab(torch.tensor([1]))
     with pytest.raises(ConfigError, match="head_vocab_size"):
-        MemoryConfig.preset("tiny", 32, VOCAB, 64, head_vocab_size=VOCAB + 1)
+        MemoryConfig(input_size=32, vocab_size=VOCAB, intermediate_size=64, head_vocab_size=VOCAB + 1)
 
 
 @pytest.mark.parametrize("tied", [True, False])
@@ -72,7 +74,7 @@ def test_full_view_is_minus_inf_outside_and_a_distribution(tied):
         emb = backbone.get_output_embeddings().weight
         torch.testing.assert_close(memory.head.weight, emb[IDS].detach())
         assert not memory.head.weight.requires_grad
-        full = MLPMemory(MemoryConfig.from_backbone(backbone, "tiny", tie_head=True))
+        full = MLPMemory(memory_config_for(backbone, "tiny", tie_head=True))
         full.load_state_dict({k: v for k, v in memory.state_dict().items() if k not in ("vocab_ids", "head.weight")},
                              strict=False)
         tie_to_backbone(full, backbone)

@@ -6,9 +6,8 @@ import pytest
 
 from helpers.paths import CONFIGS
 from mlpmem.errors import ConfigError
-from mlpmem.memory.config import INITS, PRESET_LAYERS
+from mlpmem.memory.config import INITS, PRESET_LAYERS, MemoryConfig
 from mlpmem.pipeline.config import PipelineConfig
-from mlpmem.pipeline.memory import MemorySection
 from mlpmem.training.config import TrainConfig
 
 
@@ -43,11 +42,11 @@ def test_yaml_exponent_is_a_float(tmp_path):
                                  dict(intermediate_size=-1), dict(tie_head="yes")])
 def test_memory_section_errors(bad):
     with pytest.raises(ConfigError):
-        MemorySection(**bad)
+        MemoryConfig(**bad)
 
 
 def test_memory_section_options_are_the_memorys():
-    hints = typing.get_type_hints(MemorySection)
+    hints = typing.get_type_hints(MemoryConfig)
     assert set(typing.get_args(hints["preset"])) == set(PRESET_LAYERS)
     assert set(typing.get_args(hints["init"])) == set(INITS)
 

@@ -22,7 +22,8 @@ def _tiny_run(out):
     data = TrainData(keys, targets, ids, probs, np.full(N, 0.1, np.float32))
     val = EvalData(keys[:32], targets[:32], np.full(32, np.log(1 / V), np.float32))
     torch.manual_seed(0)
-    memory = MLPMemory(MemoryConfig(input_size=D, vocab_size=V, intermediate_size=16, num_layers=1))
+    memory = MLPMemory(MemoryConfig(input_size=D, vocab_size=V, intermediate_size=16, num_layers=1,
+                                    tie_head=False))
     cfg = TrainConfig(epochs=2, batch_size=16, lr=1e-2, eval_every=0.5, eval_lambdas=[0.0, 0.5, 1.0],
                       precision="fp32")
     return train_memory(memory, data, val, cfg, out, progress=False)

@@ -30,13 +30,13 @@ def test_noise_is_relative_seeded_and_split_invariant():
 
 
 def test_dropout_only_while_training():
-    memory = MLPMemory(MemoryConfig.preset("tiny", 16, 20, 32, dropout=0.5))
+    memory = MLPMemory(MemoryConfig(input_size=16, vocab_size=20, intermediate_size=32, tie_head=False, dropout=0.5))
     keys = torch.randn(8, 16)
     memory.eval()
     assert torch.equal(memory(keys), memory(keys))
     memory.train()
     assert not torch.equal(memory(keys), memory(keys))
     with pytest.raises(ConfigError, match="dropout"):
-        MemoryConfig.preset("tiny", 16, 20, 32, dropout=1.0)
+        MemoryConfig(input_size=16, vocab_size=20, intermediate_size=32, tie_head=False, dropout=1.0)
     with pytest.raises(ConfigError, match="key_noise"):
         TrainConfig(key_noise=-0.1)

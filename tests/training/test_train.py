@@ -30,7 +30,8 @@ def _data(seed=0):
 
 def _memory():
     torch.manual_seed(0)
-    return MLPMemory(MemoryConfig(input_size=D, vocab_size=V, intermediate_size=16, num_layers=2))
+    return MLPMemory(MemoryConfig(input_size=D, vocab_size=V, intermediate_size=16, num_layers=2,
+                                    tie_head=False))
 
 
 CFG = dict(epochs=3, batch_size=32, lr=3e-3, checkpoint_every=4, eval_lambdas=[0.0, 0.5, 1.0], alpha=0.4,

@@ -18,6 +18,7 @@ from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.pipeline import records, require, run_pipeline, run_stage
 from mlpmem.pipeline.config import PipelineConfig
 from mlpmem.pipeline.evaluate import load_memory
+from mlpmem.pipeline.preflight import preflight
 from mlpmem.pipeline.reuse import reuse_stages
 from mlpmem.pipeline.run import Run
 from mlpmem.reporting.run_report import (
@@ -70,6 +71,8 @@ def evaluate(args: argparse.Namespace) -> None:
 def _stage(args: argparse.Namespace, stage: str):
     """Run one stage of the pipeline under the run folder's lock (checked and recorded, see run_stage)."""
     the_run = _run(args)
+    if stage == "datastore":
+        preflight(the_run)
     with the_run.locked(args.command_line):
         return run_stage(the_run, stage, args.rebuild)
 
@@ -100,6 +103,7 @@ def report(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> None:
     the_run = _run(args)
+    preflight(the_run)  # before the folder holds a file and before key extraction
     with the_run.locked(args.command_line):
         if getattr(args, "reuse_from", None):
             taken = reuse_stages(the_run, args.reuse_from)

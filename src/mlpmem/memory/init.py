@@ -1,12 +1,9 @@
-"""A memory and its backbone: read the backbone's family and sizes, copy its weights in, share its head.
+"""A memory and its backbone: copy the backbone's blocks in, start as its read-out, share its head.
 
-:func:`init_from_backbone` starts the memory blocks as copies of the feed-forward blocks of consecutive
-backbone layers (the two block families mirror the two backbone families for this reason);
-:func:`tie_to_backbone` makes the memory head the backbone's own output embedding (frozen, never saved).
-The ``backbone_*`` readers give :meth:`MemoryConfig.from_backbone` what to size a memory by.
-
-This module imports nothing else from :mod:`mlpmem.memory` at run time (``MLPMemory`` only for type
-hints), so config.py, io.py and model.py can all import it without a cycle.
+:func:`init_from_backbone` starts the memory blocks as copies of the norm and feed-forward of consecutive
+backbone layers, :func:`init_identity` as the identity under the backbone's final norm and head (both read and
+checked by :mod:`mlpmem.memory.sizing`, which sizes the memory for them); :func:`tie_to_backbone` makes the
+memory head the backbone's own output embedding (frozen, never saved).
 """
 
 from __future__ import annotations
@@ -16,68 +13,16 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from mlpmem.backbone import decoder_layers, feed_forward, resolve_layer
+from mlpmem.backbone import decoder_layers, resolve_layer
 from mlpmem.errors import ConfigError
+from mlpmem.memory.sizing import family, read_block, read_final_norm
 
 if TYPE_CHECKING:
     from mlpmem.memory.model import MLPMemory
 
-# Hugging Face activation names -> ours (gelu_new and gelu_pytorch_tanh are the same tanh approximation)
-HF_ACTIVATIONS = {
-    "silu": "silu", "swish": "silu", "gelu": "gelu", "relu": "relu",
-    "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
-}
-FINAL_NORMS = ("model.norm", "transformer.ln_f", "gpt_neox.final_layer_norm", "model.decoder.final_layer_norm")
-
 
 # ---------------------------------------------------------------------------------------------
-# Reading the backbone
-
-
-def backbone_family(model: nn.Module) -> str:
-    """``llama`` if the backbone's MLP is gate/up/down, ``gpt2`` if it is c_fc/c_proj, else ConfigError."""
-    mlp = feed_forward(decoder_layers(model)[0])
-    if all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj")):
-        return "llama"
-    if all(hasattr(mlp, n) for n in ("c_fc", "c_proj")):
-        return "gpt2"
-    raise ConfigError(f"unsupported backbone MLP {type(mlp).__name__}: expected gate/up/down or c_fc/c_proj")
-
-
-def backbone_intermediate_size(model: nn.Module, family: str) -> int:
-    """The inner width of the backbone's feed-forward blocks."""
-    mlp = feed_forward(decoder_layers(model)[0])
-    return int(mlp.up_proj.out_features if family == "llama" else mlp.c_fc.nf)
-
-
-def backbone_activation(model: nn.Module) -> str:
-    """The backbone's MLP activation, in our names (ConfigError if we have no equivalent)."""
-    config = model.config
-    name = getattr(config, "hidden_act", None) or getattr(config, "activation_function", None)
-    if name not in HF_ACTIVATIONS:
-        raise ConfigError(f"unsupported backbone activation {name!r}; supported: {tuple(HF_ACTIVATIONS)}")
-    return HF_ACTIVATIONS[name]
-
-
-def backbone_norm_eps(model: nn.Module, family: str) -> float | None:
-    """The backbone's norm epsilon, or None if its config does not record one."""
-    config = model.config
-    eps = getattr(config, "rms_norm_eps", None) if family == "llama" else getattr(config, "layer_norm_epsilon", None)
-    return float(eps) if eps is not None else None
-
-
-def _backbone_final_norm(model: nn.Module) -> nn.Module | None:
-    for path in FINAL_NORMS:
-        obj = model
-        for attr in path.split("."):
-            obj = getattr(obj, attr, None)
-        if isinstance(obj, nn.Module):
-            return obj
-    return None
-
-
-# ---------------------------------------------------------------------------------------------
-# Initialisation from the backbone's feed-forward blocks
+# Initialisation from the backbone's blocks
 
 
 def _init_layer_indices(num_backbone: int, num_memory: int, start: int) -> list[int]:
@@ -87,48 +32,40 @@ def _init_layer_indices(num_backbone: int, num_memory: int, start: int) -> list[
     return [(start + i) % num_backbone for i in range(num_memory)]  # deeper than the backbone: cycle
 
 
-def _check_init_shapes(memory: MLPMemory, model: nn.Module) -> str:
-    config = memory.config
-    family = backbone_family(model)
-    if family != config.family:
-        raise ConfigError(f"cannot init a {config.family} memory from a {family} backbone")
-    hidden = int(model.get_input_embeddings().weight.shape[1])
-    inter = backbone_intermediate_size(model, family)
-    if (config.hidden_size, config.intermediate_size) != (hidden, inter):
+def _check_mirror(memory: MLPMemory, model: nn.Module, index: int, init: str):
+    config, mirror = memory.config, read_block(model, index, init)
+    ours = (config.mlp, config.activation, config.norm)
+    theirs = (mirror.mlp, mirror.activation, mirror.norm)
+    if ours != theirs:
+        raise ConfigError(f"cannot init a {'/'.join(ours)} memory from a {family(model)} backbone's "
+                          f"{'/'.join(theirs)} blocks: size it with init: backbone")
+    hidden = int(mirror.norm_state["weight"].shape[0])
+    if (config.width, config.intermediate_size) != (hidden, mirror.intermediate_size):
         raise ConfigError(
-            f"memory widths (hidden {config.hidden_size}, intermediate {config.intermediate_size}) differ from "
-            f"the backbone's (hidden {hidden}, intermediate {inter})"
+            f"memory widths (hidden {config.width}, intermediate {config.intermediate_size}) differ from "
+            f"the backbone's (hidden {hidden}, intermediate {mirror.intermediate_size})"
         )
-    if family == "llama" and feed_forward(decoder_layers(model)[0]).up_proj.bias is not None:
-        raise ConfigError("cannot init a bias-free llama memory from a backbone MLP with biases")
-    return family
+    return mirror
 
 
 @torch.no_grad()
 def init_from_backbone(memory: MLPMemory, backbone_model: nn.Module, start_layer: int | float) -> list[int]:
-    """Copy the feed-forward blocks of consecutive backbone layers into the memory blocks.
+    """Copy the norm and feed-forward of consecutive backbone layers into the memory blocks.
 
-    Memory block i gets the MLP weights and the post-attention norm (``post_attention_layernorm`` /
-    ``ln_2``) of backbone layer ``start + i``. ``start_layer`` is resolved like a key layer (negative
-    ints count from the end, floats are depth fractions). If the window ``[start, start + L)`` runs past
-    the last backbone layer it is shifted left to end at the last layer; if the memory has more blocks
-    than the backbone has layers, the layers are reused cyclically from ``start``. Also copies the
-    backbone's final norm, and its output embedding into an untied head (as a trainable copy).
-    Returns the backbone layer indices used and records ``init="backbone"`` in the config.
+    Memory block i gets the pre-feed-forward norm and the feed-forward weights of backbone layer ``start + i``.
+    ``start_layer`` is resolved like a key layer (negative ints count from the end, floats are depth fractions).
+    If the window ``[start, start + L)`` runs past the last backbone layer it is shifted left to end at the last
+    layer; if the memory has more blocks than the backbone has layers, the layers are reused cyclically from
+    ``start``. Also copies the backbone's final norm, and its output embedding into an untied head (as a
+    trainable copy). Returns the backbone layer indices used and records ``init="backbone"`` in the config.
     """
-    family = _check_init_shapes(memory, backbone_model)
     layers = decoder_layers(backbone_model)
-    indices = _init_layer_indices(len(layers), memory.config.num_layers, resolve_layer(backbone_model, start_layer))
+    indices = _init_layer_indices(len(layers), memory.config.depth, resolve_layer(backbone_model, start_layer))
     for block, index in zip(memory.blocks, indices):
-        src_layer = layers[index]
-        src_norm = src_layer.post_attention_layernorm if family == "llama" else src_layer.ln_2
-        _copy_norm(block.norm, src_norm)
-        _copy_mlp(block.mlp, feed_forward(src_layer), family)
-    final = _backbone_final_norm(backbone_model)
-    if final is not None:
-        _copy_norm(memory.norm, final)
-    if not memory.config.tie_head:
-        memory.head.weight.copy_(head_rows(memory, backbone_model.get_output_embeddings().weight))
+        mirror = _check_mirror(memory, backbone_model, index, "backbone")
+        block.norm.load_state_dict(mirror.norm_state)
+        block.mlp.load_state_dict(mirror.mlp_state, strict=False)  # the activation has no state
+    _copy_read_out(memory, backbone_model, "backbone")
     memory.config.init = "backbone"
     return indices
 
@@ -144,19 +81,26 @@ def init_identity(memory: MLPMemory, backbone_model: nn.Module) -> None:
     backbone exactly before training: what it learns is how the corpus's neighbours differ from the
     backbone, not the whole read-out from scratch. Records ``init="identity"`` in the config.
     """
-    if memory.config.hidden_size != memory.config.input_size:
+    if memory.config.width != memory.config.input_size:
         raise ConfigError("init=identity needs hidden_size == input_size (no input projection)")
     for block in memory.blocks:
         out = block.mlp.down_proj if hasattr(block.mlp, "down_proj") else block.mlp.c_proj
         out.weight.zero_()
         if out.bias is not None:
             out.bias.zero_()
-    final = _backbone_final_norm(backbone_model)
-    if final is not None:
-        _copy_norm(memory.norm, final)
-    if not memory.config.tie_head:
-        memory.head.weight.copy_(head_rows(memory, backbone_model.get_output_embeddings().weight))
+    _copy_read_out(memory, backbone_model, "identity")
     memory.config.init = "identity"
+
+
+def _copy_read_out(memory: MLPMemory, model: nn.Module, init: str) -> None:
+    """The backbone's final norm into the memory's, and its output embedding into an untied head."""
+    kind, eps, state = read_final_norm(model, init)
+    if (kind, eps) != (memory.config.norm, memory.config.norm_eps):
+        raise ConfigError(f"the memory's final norm ({memory.config.norm}, eps {memory.config.norm_eps}) is not the "
+                          f"{family(model)} backbone's ({kind}, eps {eps}): size it with init: {init}")
+    memory.norm.load_state_dict(state)
+    if not memory.config.tie_head:
+        memory.head.weight.copy_(head_rows(memory, model.get_output_embeddings().weight))
 
 
 def head_rows(memory: MLPMemory, weight: torch.Tensor) -> nn.Parameter:
@@ -166,27 +110,6 @@ def head_rows(memory: MLPMemory, weight: torch.Tensor) -> nn.Parameter:
         return weight
     rows = weight.detach()[memory.vocab_ids.to(weight.device)].clone()  # (V', H)
     return nn.Parameter(rows, requires_grad=weight.requires_grad)
-
-
-def _copy_norm(dst: nn.Module, src: nn.Module) -> None:
-    dst.weight.copy_(src.weight)
-    if getattr(dst, "bias", None) is None:
-        return
-    src_bias = getattr(src, "bias", None)
-    if src_bias is None:
-        dst.bias.zero_()
-    else:
-        dst.bias.copy_(src_bias)
-
-
-def _copy_mlp(dst: nn.Module, src: nn.Module, family: str) -> None:
-    if family == "llama":
-        for name in ("gate_proj", "up_proj", "down_proj"):
-            getattr(dst, name).weight.copy_(getattr(src, name).weight)
-        return
-    for name in ("c_fc", "c_proj"):  # GPT-2 Conv1D stores weight as (in, out): transpose to Linear's (out, in)
-        getattr(dst, name).weight.copy_(getattr(src, name).weight.t())
-        getattr(dst, name).bias.copy_(getattr(src, name).bias)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,7 +125,7 @@ def tie_to_backbone(memory: MLPMemory, backbone_model: nn.Module) -> MLPMemory:
     backbone of MLP Memory is frozen anyway).
     """
     weight = backbone_model.get_output_embeddings().weight
-    expected = (memory.config.vocab_size, memory.config.hidden_size)
+    expected = (memory.config.vocab_size, memory.config.width)
     if tuple(weight.shape) != expected:
         raise ConfigError(
             f"cannot tie the memory head {expected} to the backbone output embedding {tuple(weight.shape)}"

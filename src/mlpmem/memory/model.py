@@ -7,10 +7,8 @@ the memory maps it to logits over the vocabulary:
     x_l = x_{l-1} + FFN_l(Norm_l(x_{l-1}))  for l = 1..L   (no attention, no positions)
     logits = W_head Norm_f(x_L)             p_mem = softmax(logits)
 
-Two block families mirror the two backbone families, so that a memory can be initialised from the
-backbone's own feed-forward weights (:func:`mlpmem.memory.init.init_from_backbone`):
-  - ``llama``: RMSNorm + SwiGLU (gate/up/down, bias-free),
-  - ``gpt2``: LayerNorm + GELU (c_fc/c_proj, with bias).
+The blocks are the memory's own (:mod:`mlpmem.memory.blocks`: by default RMSNorm + SwiGLU), whatever the
+backbone's family; ``init: backbone`` mirrors the backbone's (:func:`mlpmem.memory.init.init_from_backbone`).
 The head may be tied to the backbone's output embedding (:func:`mlpmem.memory.init.tie_to_backbone`): then
 it is frozen, shared with the backbone and never saved. It may also score only the corpus's tokens (a corpus
 head, :mod:`mlpmem.memory.vocab`): its row ids ``vocab_ids`` are stored with the weights. Checkpoints
@@ -28,80 +26,10 @@ import torch
 from torch import nn
 
 from mlpmem.errors import ConfigError
+from mlpmem.memory.blocks import MemoryBlock, RMSNorm, make_norm
 from mlpmem.memory.config import MemoryConfig
 from mlpmem.memory.io import load_memory, save_memory
 from mlpmem.memory.vocab import check_vocab_ids
-
-
-class RMSNorm(nn.Module):
-    """Root-mean-square norm, computed in fp32 like Llama's."""
-
-    def __init__(self, size: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(size))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)  # (..., H)
-        return self.weight * x.to(dtype)
-
-
-def _activation(name: str) -> nn.Module:
-    return {
-        "silu": nn.SiLU(),
-        "gelu": nn.GELU(),
-        "gelu_tanh": nn.GELU(approximate="tanh"),
-        "relu": nn.ReLU(),
-    }[name]
-
-
-class SwiGLU(nn.Module):
-    """Llama feed-forward: down(act(gate(x)) * up(x)), bias-free."""
-
-    def __init__(self, config: MemoryConfig):
-        super().__init__()
-        h, i = config.hidden_size, config.intermediate_size
-        self.gate_proj = nn.Linear(h, i, bias=False)
-        self.up_proj = nn.Linear(h, i, bias=False)
-        self.down_proj = nn.Linear(i, h, bias=False)
-        self.act = _activation(config.activation)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))  # (..., H)
-
-
-class GeluMLP(nn.Module):
-    """GPT-2 feed-forward: c_proj(act(c_fc(x))), with bias (nn.Linear, not GPT-2's transposed Conv1D)."""
-
-    def __init__(self, config: MemoryConfig):
-        super().__init__()
-        self.c_fc = nn.Linear(config.hidden_size, config.intermediate_size)
-        self.c_proj = nn.Linear(config.intermediate_size, config.hidden_size)
-        self.act = _activation(config.activation)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.c_proj(self.act(self.c_fc(x)))  # (..., H)
-
-
-def _norm(config: MemoryConfig) -> nn.Module:
-    if config.family == "llama":
-        return RMSNorm(config.hidden_size, config.norm_eps)
-    return nn.LayerNorm(config.hidden_size, eps=config.norm_eps)
-
-
-class MemoryBlock(nn.Module):
-    """x + Dropout(FFN(Norm(x))): a transformer block without its attention (dropout 0 by default)."""
-
-    def __init__(self, config: MemoryConfig):
-        super().__init__()
-        self.norm = _norm(config)
-        self.mlp = SwiGLU(config) if config.family == "llama" else GeluMLP(config)
-        self.dropout = nn.Dropout(config.dropout) if config.dropout > 0 else nn.Identity()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.dropout(self.mlp(self.norm(x)))  # (..., H)
 
 
 class MLPMemory(nn.Module):
@@ -109,14 +37,15 @@ class MLPMemory(nn.Module):
 
     def __init__(self, config: MemoryConfig):
         super().__init__()
+        config.check_sized()
         self.config = config
-        if config.hidden_size != config.input_size:
-            self.in_proj = nn.Linear(config.input_size, config.hidden_size, bias=False)
+        if config.width != config.input_size:
+            self.in_proj = nn.Linear(config.input_size, config.width, bias=False)
         else:
             self.in_proj = nn.Identity()
-        self.blocks = nn.ModuleList(MemoryBlock(config) for _ in range(config.num_layers))
-        self.norm = _norm(config)
-        self.head = nn.Linear(config.hidden_size, config.head_vocab_size or config.vocab_size, bias=False)
+        self.blocks = nn.ModuleList(MemoryBlock(config) for _ in range(config.depth))
+        self.norm = make_norm(config.norm, config.width, config.norm_eps)
+        self.head = nn.Linear(config.width, config.head_vocab_size or config.vocab_size, bias=False)
         if config.head_vocab_size is not None:  # a corpus head: the token id of each head row, set_head_vocab()
             self.register_buffer("vocab_ids", torch.arange(config.head_vocab_size, dtype=torch.int64))
         else:
@@ -131,7 +60,7 @@ class MLPMemory(nn.Module):
         std = self.config.init_std
         for name, module in self.named_modules():
             if isinstance(module, nn.Linear):
-                scale = 1.0 / math.sqrt(2 * self.config.num_layers) if name.endswith(("down_proj", "c_proj")) else 1.0
+                scale = 1.0 / math.sqrt(2 * self.config.depth) if name.endswith(("down_proj", "c_proj")) else 1.0
                 nn.init.normal_(module.weight, mean=0.0, std=std * scale)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from mlpmem.backbone import BackboneConfig
 from mlpmem.config import Config
 from mlpmem.index import IndexConfig
+from mlpmem.memory.config import MemoryConfig
 from mlpmem.pipeline.corpus import CorpusConfig
 from mlpmem.pipeline.datastore import DatastoreConfig
 from mlpmem.pipeline.knnlm import KnnLMConfig
-from mlpmem.pipeline.memory import MemorySection
 from mlpmem.teacher import TeacherConfig
 from mlpmem.training.config import TrainConfig
 from mlpmem.training.gate import GateTrainConfig
@@ -37,8 +37,8 @@ class PipelineConfig(Config):
     teacher_temperature_from_knnlm: bool = True
     """Build the teacher with the kNN-LM temperature chosen on validation instead of ``teacher.temperature``."""
     knnlm: KnnLMConfig = field(default_factory=KnnLMConfig)
-    memory: MemorySection = field(default_factory=MemorySection)
-    """What the memory is: depth, width, head and initialisation."""
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    """What the memory is: depth, widths, blocks, head and initialisation."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """How the memory is optimised."""
     gate: GateTrainConfig = field(default_factory=GateTrainConfig)

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mlpmem.backbone import decoder_layers
 from mlpmem.compute import model_device, resolve_precision
 from mlpmem.datastore import KeyStore
 from mlpmem.layout import RunLayout, is_train_written
-from mlpmem.memory import MemoryConfig, MLPMemory, init_from_backbone, init_identity, tie_to_backbone
+from mlpmem.memory import MLPMemory, init_from_backbone, init_identity, size_for_backbone, tie_to_backbone
+from mlpmem.memory.sizing import init_start
 from mlpmem.memory.vocab import corpus_vocabulary, index_of
 from mlpmem.pipeline.run import Run
 from mlpmem.reporting.curves import write_learning_curve
@@ -29,24 +29,19 @@ from mlpmem.utils.runtime import set_threads
 def build_memory(run: Run, head_vocab: np.ndarray | None = None):
     """A fresh memory for this run's backbone and key layer/site, shaped and initialised by the ``memory:``
     section (seeded by ``train.seed``); ``head_vocab`` (sorted token ids) gives a corpus head its tokens."""
-    cfg, spec, (model, tokenizer) = run.cfg, run.cfg.memory, run.backbone
-    overrides = {k: v for k, v in (("num_layers", spec.num_layers), ("intermediate_size", spec.intermediate_size),
-                                   ("dropout", spec.dropout or None),
-                                   ("head_vocab_size", None if head_vocab is None else len(head_vocab)))
-                 if v is not None}
+    cfg, (model, tokenizer) = run.cfg, run.backbone
     torch.manual_seed(cfg.train.seed)
-    mcfg = MemoryConfig.from_backbone(model, spec.preset, cfg.backbone.layer, cfg.backbone.site, tokenizer,
-                                      tie_head=spec.tie_head, **overrides)
+    mcfg = size_for_backbone(cfg.memory, model, tokenizer, cfg.backbone.layer, cfg.backbone.site,
+                             None if head_vocab is None else len(head_vocab))
     memory = MLPMemory(mcfg)  # initialised on the CPU: the same seeded weights whatever the device
     if head_vocab is not None:
         memory.set_head_vocab(torch.from_numpy(head_vocab))
     memory.to(model_device(model))
-    if spec.init == "backbone":
-        # the blocks start as the backbone's MLPs just above the key layer (shifted down at the top)
-        init_from_backbone(memory, model, min(mcfg.key_layer + 1, len(decoder_layers(model)) - 1))
-    if spec.tie_head:
+    if mcfg.init == "backbone":  # the blocks start as the backbone's just above the key layer
+        init_from_backbone(memory, model, init_start(model, mcfg.key_layer))
+    if mcfg.tie_head:
         tie_to_backbone(memory, model)
-    if spec.init == "identity":
+    if mcfg.init == "identity":
         init_identity(memory, model)
     return memory
 

@@ -1,7 +1,7 @@
 """The ``train:`` section: how the memory is optimised (loss weight, schedule, batches, precision, sharding).
 
 What the memory *is* (its depth, width, head and initialisation) is the pipeline's ``memory:`` section
-(:class:`mlpmem.pipeline.memory.MemorySection`); the keys that used to live here name their new place.
+(:class:`mlpmem.memory.config.MemoryConfig`); the keys that used to live here name their new place.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import torch
 import yaml
 
 from helpers.runs import copy_run
-from helpers.tiny import VOCAB, tiny_backbone
+from helpers.tiny import VOCAB, memory_config_for, tiny_backbone
 from mlpmem.cli import main as cli_main
 from mlpmem.errors import ConfigError
 from mlpmem.experiments.bench.infer.config import InferBenchConfig
@@ -20,12 +20,12 @@ from mlpmem.experiments.bench.infer.run import main
 from mlpmem.experiments.bench.knn_setup import KnnSetupConfig
 from mlpmem.index import IndexConfig
 from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
-from mlpmem.memory import MemoryConfig, MLPMemory, tie_to_backbone
+from mlpmem.memory import MLPMemory, tie_to_backbone
 
 
 def tied_memory(backbone):
     torch.manual_seed(3)
-    memory = MLPMemory(MemoryConfig.from_backbone(backbone, "tiny", key_layer=-1, tie_head=True)).eval()
+    memory = MLPMemory(memory_config_for(backbone, "tiny", key_layer=-1, tie_head=True)).eval()
     tie_to_backbone(memory, backbone)
     with torch.no_grad():
         memory.norm.weight.mul_(30.0)

@@ -6,11 +6,12 @@ import json
 
 import torch
 
+from helpers.tiny import memory_config_for
 from mlpmem.backbone import load_backbone
 from mlpmem.baselines.methods import closed_book_prompts
 from mlpmem.experiments.qa.question_gate import ANSWER_END, answer_ids, question_gate, question_rows, start_token
 from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
-from mlpmem.memory import MemoryConfig, MLPMemory
+from mlpmem.memory import MLPMemory
 from mlpmem.training.gate import GateTrainConfig
 
 QUESTIONS = [{"id": "a", "question": "Where did the keeper live?", "answers": ["by the lighthouse"]},
@@ -21,7 +22,7 @@ QUESTIONS = [{"id": "a", "question": "Where did the keeper live?", "answers": ["
 def _mixed(backbone_dir, lam: float) -> tuple[MemoryAugmentedForCausalLM, object]:
     model, tokenizer = load_backbone(str(backbone_dir))
     torch.manual_seed(3)
-    memory = MLPMemory(MemoryConfig.from_backbone(model, "tiny", tokenizer=tokenizer)).eval()
+    memory = MLPMemory(memory_config_for(model, "tiny", tokenizer=tokenizer)).eval()
     return MemoryAugmentedForCausalLM.from_parts(model, memory, lam=lam, tokenizer=tokenizer), tokenizer
 
 

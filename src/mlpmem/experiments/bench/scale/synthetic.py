@@ -68,7 +68,7 @@ def train_synthetic(store_dir: Path, out: Path, steps: int, in_ram: bool = False
                    np.full(512, -np.log(vocab), np.float32))
     torch.manual_seed(0)
     memory = MLPMemory(MemoryConfig(input_size=store.hidden_size, vocab_size=vocab, intermediate_size=width,
-                                    num_layers=layers))
+                                    num_layers=layers, tie_head=False))
     cfg = TrainConfig(epochs=1, batch_size=batch_size, checkpoint_every=10**9, eval_lambdas=[0.0, 1.0],
                       lr=4e-4, precision="fp32", sharding=sharding)
     train_memory(memory, data, val, cfg, out, progress=False, stop_after=steps)
