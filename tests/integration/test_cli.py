@@ -1,5 +1,4 @@
 import json
-import re
 import subprocess
 import sys
 
@@ -7,9 +6,9 @@ import pytest
 
 from helpers.corpus import write_corpus
 from helpers.paths import ROOT
-from mlpmem.cli import canonical_argv, main
+from mlpmem.cli import main
 from mlpmem.cli.spec import function
-from mlpmem.cli.table import ALIASES, COMMANDS
+from mlpmem.cli.table import COMMANDS
 from mlpmem.errors import ConfigError
 from mlpmem.pipeline.config import PipelineConfig
 
@@ -110,7 +109,7 @@ LIGHT = """
 import contextlib, io, sys
 from mlpmem.cli import build_parser, main
 build_parser()
-for words in ([], ["qa"], ["bench"], ["mosaics"]):
+for words in ([], ["mosaics"]):
     with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):
         main([*words, "--help"])
 heavy = ("torch", "transformers", "numpy", "faiss", "matplotlib", "mlpmem.backbone", "mlpmem.pipeline.config")
@@ -142,24 +141,8 @@ def test_no_help_text_repeats_a_default(command):
             assert "(default" not in arg.options.get("help", ""), (command.path, arg.flags)
 
 
-def test_old_flat_names_run_the_grouped_commands_and_are_not_listed(capsys):
-    assert set(ALIASES) == {"bench-infer", "bench-offline", "bench-scale", "eval-qa", "qa-report", "mosaics-train",
-                            "mosaics-eval", "mosaics-memory", "mosaics-recall"}
-    assert canonical_argv(["bench-infer", "configs/tiny.yaml", "--quiet"]) == ["bench", "infer", "configs/tiny.yaml",
-                                                                              "--quiet"]
-    assert canonical_argv(["datastore", "bench-infer"]) == ["datastore", "bench-infer"]  # only the command word
-    with pytest.raises(SystemExit):
-        main(["mosaics-recall", "--help"])
-    assert capsys.readouterr().out.startswith("usage: mlpmem mosaics recall")
-    for words in ([], ["qa"], ["bench"], ["mosaics"]):
-        with pytest.raises(SystemExit):
-            main([*words, "--help"])
-        out = capsys.readouterr().out
-        assert not [alias for alias in ALIASES if alias in out], out
-
-
-@pytest.mark.parametrize("argv", [[], ["nope"], ["bench"], ["ablate", "c.yaml"], ["summarize", "r", "--bogus"],
-                                  ["bench", "infer", "--threads", "x"], ["qa-report"]])
+@pytest.mark.parametrize("argv", [[], ["nope"], ["bench"], ["run", "c.yaml", "--bogus"],
+                                  ["summarize", "r", "--bogus"], ["generate", "c.yaml"], ["qa", "report"]])
 def test_usage_errors_are_one_line(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         main(argv)
@@ -167,9 +150,6 @@ def test_usage_errors_are_one_line(argv, capsys):
     assert exc.value.code == 2 and err.startswith("mlpmem: error:") and err.count("\n") == 1, err
 
 
-def test_readme_lists_every_command_and_the_docs_use_no_old_name():
+def test_readme_lists_every_command():
     readme = (ROOT / "README.md").read_text()
     assert not [c.path for c in COMMANDS if f"`mlpmem {' '.join(c.path)}`" not in readme]
-    for page in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
-        old = [a for a in ALIASES if re.search(rf"(?<![\w/.-]){a}(?![\w-])", page.read_text())]
-        assert not old, (page.name, old)

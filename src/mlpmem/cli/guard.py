@@ -32,9 +32,9 @@ def where(exc: BaseException) -> str:
 
 
 def unexpected(exc: BaseException, command: str) -> str:
-    """The one line of an unexpected failure of ``command``."""
+    """The one line of an unexpected failure of ``command`` (its words as typed: ``mlpmem bench infer``)."""
     detail = one_line(str(exc))
     if len(detail) > 300:
         detail = detail[:297] + "..."
-    return (f"`mlpmem {command}` failed: {type(exc).__name__}: {detail} (at {where(exc)}); this is not a known "
+    return (f"`{command}` failed: {type(exc).__name__}: {detail} (at {where(exc)}); this is not a known "
             "input error: rerun with --debug for the traceback and report it")

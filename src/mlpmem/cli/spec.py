@@ -13,6 +13,10 @@ Two options of :class:`Arg` are references, resolved at that moment:
   given, so the code keeps its own default; help shows that default.
 
 A default given in the table (``default=...``) is shown in help too: no help text repeats a default.
+
+A :class:`Program` is a whole command line (its name, description, commands and groups): ``mlpmem`` is one
+(:mod:`mlpmem.cli`), the studies' ``python -m studies`` another. :func:`build_parser` turns it into the argparse
+tree and :func:`run` parses a command line and runs its command behind the guard (:mod:`mlpmem.cli.guard`).
 """
 
 from __future__ import annotations
@@ -20,12 +24,15 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import os
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-PROG = "mlpmem"
+from mlpmem.cli.guard import EXIT_CODES, one_line, unexpected
+from mlpmem.errors import MlpmemError
 
 
 class Arg:
@@ -48,21 +55,29 @@ class Arg:
 
 @dataclass(frozen=True)
 class Command:
-    """One command: ``mlpmem [group] name``, the function it runs (given the parsed namespace), its help."""
+    """One command: ``PROGRAM [group] name``, the function it runs (given the parsed namespace), its help."""
 
     name: str
     group: str
-    """``""`` for the pipeline's commands (``mlpmem run``), else the group (``mlpmem bench infer``)."""
+    """``""`` for the pipeline's commands (``mlpmem run``), else the group (``python -m studies bench infer``)."""
     target: str
     """``"module:function"``; the function takes the ``argparse.Namespace``."""
     help: str
     args: tuple[Arg, ...] = ()
-    aliases: tuple[str, ...] = ()
-    """Old flat names (``bench-infer``) that still run this command; never listed."""
 
     @property
     def path(self) -> list[str]:
         return [self.group, self.name] if self.group else [self.name]
+
+
+def comma_ints(text: str) -> list[int]:
+    """An option's ``N,N,...`` as integers (``type=comma_ints``)."""
+    return [int(x) for x in text.split(",") if x]
+
+
+def comma_names(text: str) -> list[str]:
+    """An option's ``A,B,...`` as names (``type=comma_names``)."""
+    return text.split(",")
 
 
 def resolve(ref: str) -> Any:
@@ -98,17 +113,18 @@ def show(value: Any) -> str:
     return str(value)
 
 
-def one_line_error(message: str, prog: str) -> NoReturn:
-    """Exit 2 with ``mlpmem: error: ...`` on one line, as every error of the CLI."""
-    print(f"{PROG}: error: {message} (see `{prog} --help`)", file=sys.stderr)
+def one_line_error(message: str, program: str, prog: str) -> NoReturn:
+    """Exit 2 with ``PROGRAM: error: ...`` on one line, as every error of the CLI (``prog``: the command's words)."""
+    print(f"{program}: error: {message} (see `{prog} --help`)", file=sys.stderr)
     raise SystemExit(2)
 
 
 class CommandParser(argparse.ArgumentParser):
     """A parser whose arguments are added from its :class:`Command` only when it parses or shows help."""
 
-    def __init__(self, *args: Any, command: Command | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, program: str, command: Command | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.program = program
         self._pending = command
 
     def _fill(self) -> None:
@@ -131,9 +147,75 @@ class CommandParser(argparse.ArgumentParser):
         return super().format_help()
 
     def error(self, message: str) -> NoReturn:
-        one_line_error(message, self.prog)
+        one_line_error(message, self.program, self.prog)
 
 
 def function(command: Command) -> Callable[[argparse.Namespace], Any]:
     """The function a command runs (its module is imported now)."""
     return resolve(command.target)
+
+
+@dataclass(frozen=True)
+class Program:
+    """A whole command line: ``name`` (as typed: ``mlpmem``, ``python -m studies``), its help, its commands and the
+    help of each group (``""``: the commands without a group)."""
+
+    name: str
+    description: str
+    commands: tuple[Command, ...]
+    groups: dict[str, str]
+
+
+def _commands(parser: CommandParser, title: str) -> argparse._SubParsersAction:
+    return parser.add_subparsers(title=title, metavar="COMMAND", dest="command", required=True)
+
+
+def build_parser(program: Program) -> CommandParser:
+    """The whole command tree; each command's own arguments are added only when it is reached."""
+    parser = CommandParser(prog=program.name, program=program.name, description=program.description,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    top = _commands(parser, "commands")
+    groups: dict[str, argparse._SubParsersAction] = {"": top}
+    for command in program.commands:
+        if command.group not in groups:
+            members = ", ".join(c.name for c in program.commands if c.group == command.group)
+            summary = f"{program.groups[command.group]} ({members})"
+            group = top.add_parser(command.group, help=summary, description=summary, program=program.name)
+            groups[command.group] = _commands(group, f"{command.group} commands")
+        groups[command.group].add_parser(command.name, help=command.help, description=command.help,
+                                         program=program.name, command=command)
+    return parser
+
+
+def run(program: Program, argv: list[str] | None = None) -> int:
+    """Run one command of ``program``. Its errors are one line, ``PROGRAM: error: ...``; the exit status says which
+    kind (:data:`~mlpmem.cli.guard.EXIT_CODES`). ``--debug`` (anywhere on the line) or ``MLPMEM_DEBUG=1`` shows the
+    traceback instead."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("MLPMEM_DEBUG", "0") not in ("", "0")
+    argv = [a for a in argv if a != "--debug"]
+    args, unknown = build_parser(program).parse_known_args(argv)
+    command: Command = args._command
+    words = " ".join([program.name, *command.path])
+    if unknown:
+        one_line_error(f"unrecognized arguments: {' '.join(unknown)}", program.name, words)
+    args.command_line = " ".join([program.name, shlex.join(argv)])
+    try:
+        function(command)(args)
+    except MlpmemError as exc:
+        if debug:
+            raise
+        print(f"{program.name}: error: {one_line(str(exc))}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"{program.name}: interrupted; rerun the same command to resume (finished work is kept)",
+              file=sys.stderr)
+        return EXIT_CODES["interrupted"]
+    except Exception as exc:  # noqa: BLE001 - the guard: any other failure is one line too, unless --debug
+        if debug:
+            raise
+        print(f"{program.name}: error: {unexpected(exc, words)}", file=sys.stderr)
+        return EXIT_CODES["unexpected"]
+    return 0

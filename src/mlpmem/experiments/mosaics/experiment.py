@@ -21,7 +21,6 @@ from mlpmem.experiments.mosaics.config import MosaicsExperiment
 from mlpmem.experiments.mosaics.data import prepare_streams
 from mlpmem.experiments.mosaics.report import write_report
 from mlpmem.experiments.mosaics.trainer import evaluate_loss, train_model
-from mlpmem.experiments.qa.choice import continuation_logprobs
 from mlpmem.mosaics.model import MosaicsForCausalLM
 from mlpmem.mosaics.transformer import (
     build_transformer,
@@ -29,6 +28,7 @@ from mlpmem.mosaics.transformer import (
     flops_per_token,
 )
 from mlpmem.utils.shards import read_json, write_json
+from studies.qa.choice import continuation_logprobs
 
 KINDS = ("mosaics", "transformer")
 
