@@ -2,7 +2,6 @@
 
 import sys
 
-from mlpmem.cli.spec import run
-from studies.cli import PROGRAM
+from studies.cli import main
 
-sys.exit(run(PROGRAM))
+sys.exit(main())

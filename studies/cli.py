@@ -7,7 +7,7 @@ installed; their configs are paths under ``studies/``).
 
 from __future__ import annotations
 
-from mlpmem.cli.spec import Arg, Command, Program, comma_ints, comma_names
+from mlpmem.cli.spec import Arg, Command, Program, comma_ints, comma_names, run
 from mlpmem.cli.table import CONFIG, QUIET, RUN, SET
 
 NAME = "python -m studies"
@@ -195,3 +195,8 @@ DESCRIPTION = """The studies built on mlpmem: QA suite, speed benchmarks, local 
 update studies. Run from the repository's root. `python -m studies COMMAND --help` for each."""
 
 PROGRAM = Program(NAME, DESCRIPTION, COMMANDS, GROUPS)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one ``python -m studies`` command (see :func:`mlpmem.cli.spec.run`)."""
+    return run(PROGRAM, argv)

@@ -53,9 +53,9 @@ def run_scaling(config_path: str, cfg: DataScalingConfig, overrides: list[str] =
     out = Path(cfg.out_dir)
     rows, largest = [], None
     for tokens in sorted(cfg.train_tokens, key=lambda n: -(n or float("inf"))):  # the largest first
-        run = Run(size_config(base, tokens, out), progress=progress)
-        if largest is not None:  # the sizes are nested: a smaller one reuses the largest one's keys
-            run._backbone, run.key_donor = largest.backbone, largest
+        shared = None if largest is None else largest.backbone
+        run = Run(size_config(base, tokens, out), progress=progress, backbone=shared)
+        run.key_donor = largest  # the sizes are nested: a smaller one reuses the largest one's keys
         results = run_pipeline(run)
         rows.insert(0, size_row(results))
         largest = largest or run

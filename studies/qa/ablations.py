@@ -27,8 +27,7 @@ def run_ablations(cfg: QASuiteConfig, backbone, progress: bool = True, train: bo
             if done.get("config") == config_record(pcfg):  # a study of another configuration is redone
                 out[study] = done["rows"]
     if train and cfg.ablations is not None and set(out) != set(abl.studies):
-        run = Run(pcfg, progress)
-        run._backbone = backbone
+        run = Run(pcfg, progress, backbone=backbone)
         stage_datastore(run)
         stage_knnlm(run)
         stage_teacher(run)

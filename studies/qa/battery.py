@@ -20,16 +20,13 @@ autocast (paired differences then compare two bf16 scorings).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from mlpmem.baselines.methods import METHODS
-from mlpmem.config import Config
 from mlpmem.errors import ConfigError
 from mlpmem.pipeline.records import memory_sha256
 from mlpmem.utils.shards import read_json
-from studies.tasks.choice_tasks import MC_GROUP, TRUTH_GROUP
+from studies.tasks.prepare import TasksConfig, prepared
 
 SCORED_WITH = "mlpmem_scored_with"
 """The key of a battery file that records what it was scored from (:func:`_scored_with`)."""
@@ -40,41 +37,6 @@ ONE_PASS = "mlpmem_one_pass"
 RAG_CONTEXTS = "mlpmem_rag_contexts"
 """The key of a RAG battery file that counts its contexts and those that got no passage (absent in older files)."""
 ONE_PASS_LABELS = ("backbone", "memory", "memory-gate", "knnlm")
-BATTERY_METHODS = ("backbone", "rag-dense", "rag-bm25", "knnlm", "cpt", "lora", "memory", "memory-gate")
-
-
-@dataclass
-class BatteryConfig(Config):
-    methods: list[str] = field(default_factory=lambda: ["backbone", "rag-dense", "rag-bm25", "knnlm", "cpt", "lora",
-                                                        "memory"])
-    """Methods scored, each paired with ``backbone`` (which must be among them)."""
-    tasks: list[str] = field(default_factory=lambda: [MC_GROUP, TRUTH_GROUP])
-    """lm-eval tasks or groups of the prepared folder."""
-    tasks_dir: str = ""
-    """A folder written by ``python -m studies tasks prepare``; empty: the suite writes one (``mc_tasks`` /
-    ``mc_limit``)."""
-    mc_tasks: list[str] | None = None
-    """The BIG-bench tasks of the folder the suite writes (None: the nine of ``python -m studies tasks prepare``)."""
-    mc_limit: int = 200
-    truthfulness: list[str] = field(default_factory=lambda: ["truthful_qa"])
-    """The truthfulness tasks of the folder the suite writes (every item of each)."""
-    limit: int | None = None
-    """Items scored per task (None: every item of the folder)."""
-    batch_size: int = 8
-    one_pass: bool = True
-    """Score backbone, memory, memory-gate and kNN-LM from one backbone pass per request (see the module)."""
-    precision: Literal["fp32", "bf16", "auto"] = "fp32"
-    """Every method's model calls: ``fp32``, ``bf16`` (autocast; every method at the same precision, so the paired
-    differences compare like with like) or ``auto`` (:class:`~mlpmem.evaluation.methods.MethodArgs`)."""
-
-    def validate(self) -> None:
-        if "backbone" not in self.methods or set(self.methods) - set(BATTERY_METHODS):
-            raise ConfigError(f"battery.methods must include backbone and be among {list(BATTERY_METHODS)}, "
-                              f"got {self.methods}")
-        if not self.tasks or self.mc_limit < 1 or (self.limit is not None and self.limit < 1) or self.batch_size < 1:
-            raise ConfigError("battery: tasks must be non-empty, mc_limit, limit and batch_size >= 1")
-
-
 def battery_dir(out_dir: str | Path) -> Path:
     return Path(out_dir) / "battery"
 
@@ -145,8 +107,6 @@ def tasks_folder(cfg) -> Path:
     """The prepared task folder: ``battery.tasks_dir``, or one the suite writes once under its battery folder."""
     if cfg.battery.tasks_dir:
         return Path(cfg.battery.tasks_dir)
-    from studies.tasks.prepare import TasksConfig, prepared  # here: prepare reads the QA config
-
     options = {} if cfg.battery.mc_tasks is None else {"mc_tasks": cfg.battery.mc_tasks}
     return prepared(TasksConfig(out=str(battery_dir(cfg.out_dir) / "tasks"), mc_limit=cfg.battery.mc_limit,
                                 qa_config=None, seed=cfg.seed, truthfulness=list(cfg.battery.truthfulness), **options))

@@ -17,12 +17,45 @@ from mlpmem.evaluation.stats import BootstrapConfig
 from mlpmem.inference.gate import check_floor
 from mlpmem.inference.mixing import check_lambda
 from mlpmem.inference.prompts import demonstrations
-from studies.qa.battery import BatteryConfig
 from studies.qa.eval_qa import GenerationConfig
+from studies.tasks.choice_tasks import MC_GROUP, TRUTH_GROUP
 
 BENCHMARKS = ("synthetic", "disfl_qa")
 NO_REGRESSION_METHODS = ("backbone", "knnlm", "cpt", "lora", "memory", "memory-gate")
 """The methods that change the model itself (RAG only changes the prompt)."""
+BATTERY_METHODS = ("backbone", "rag-dense", "rag-bm25", "knnlm", "cpt", "lora", "memory", "memory-gate")
+
+
+@dataclass
+class BatteryConfig(Config):
+    methods: list[str] = field(default_factory=lambda: ["backbone", "rag-dense", "rag-bm25", "knnlm", "cpt", "lora",
+                                                        "memory"])
+    """Methods scored, each paired with ``backbone`` (which must be among them)."""
+    tasks: list[str] = field(default_factory=lambda: [MC_GROUP, TRUTH_GROUP])
+    """lm-eval tasks or groups of the prepared folder."""
+    tasks_dir: str = ""
+    """A folder written by ``python -m studies tasks prepare``; empty: the suite writes one (``mc_tasks`` /
+    ``mc_limit``)."""
+    mc_tasks: list[str] | None = None
+    """The BIG-bench tasks of the folder the suite writes (None: the nine of ``python -m studies tasks prepare``)."""
+    mc_limit: int = 200
+    truthfulness: list[str] = field(default_factory=lambda: ["truthful_qa"])
+    """The truthfulness tasks of the folder the suite writes (every item of each)."""
+    limit: int | None = None
+    """Items scored per task (None: every item of the folder)."""
+    batch_size: int = 8
+    one_pass: bool = True
+    """Score backbone, memory, memory-gate and kNN-LM from one backbone pass per request (see the module)."""
+    precision: Literal["fp32", "bf16", "auto"] = "fp32"
+    """Every method's model calls: ``fp32``, ``bf16`` (autocast; every method at the same precision, so the paired
+    differences compare like with like) or ``auto`` (:class:`~mlpmem.evaluation.methods.MethodArgs`)."""
+
+    def validate(self) -> None:
+        if "backbone" not in self.methods or set(self.methods) - set(BATTERY_METHODS):
+            raise ConfigError(f"battery.methods must include backbone and be among {list(BATTERY_METHODS)}, "
+                              f"got {self.methods}")
+        if not self.tasks or self.mc_limit < 1 or (self.limit is not None and self.limit < 1) or self.batch_size < 1:
+            raise ConfigError("battery: tasks must be non-empty, mc_limit, limit and batch_size >= 1")
 
 
 @dataclass

@@ -57,8 +57,7 @@ class Context:
         pcfg = PipelineConfig.from_yaml(self.bench.pipeline, [f"run_dir={self.dir / 'memory-run'}",
                                                               f"corpus.path={self.data / 'corpus'}",
                                                               "corpus.name=null", *self.bench.pipeline_set])
-        self.run = Run(pcfg, progress)
-        self.run._backbone = backbone
+        self.run = Run(pcfg, progress, backbone=backbone)
         self.backbone = backbone
         self.model, self.tokenizer = backbone
         self.docs = read_jsonl(self.data / "corpus" / "train.jsonl")

@@ -143,10 +143,7 @@ def load_study_config(path: str | Path, overrides: list[str] | None = None) -> U
 def pipeline_run(cfg: UpdateStudyConfig, folder: Path, corpus: Path, backbone, progress: bool,
                  extra: tuple[str, ...] = ()) -> Run:
     overrides = [f"run_dir={folder}", "corpus.name=null", f"corpus.path={corpus}", *cfg.pipeline_set, *extra]
-    run = Run(PipelineConfig.from_yaml(cfg.pipeline, overrides), progress)
-    if backbone is not None:
-        run._backbone = backbone  # one backbone for every run of the study
-    return run
+    return Run(PipelineConfig.from_yaml(cfg.pipeline, overrides), progress, backbone=backbone)  # one for all runs
 
 
 def retrain(run: Run) -> float:

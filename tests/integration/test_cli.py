@@ -11,6 +11,7 @@ from mlpmem.cli.spec import function
 from mlpmem.cli.table import COMMANDS
 from mlpmem.errors import ConfigError
 from mlpmem.pipeline.config import PipelineConfig
+from studies.cli import main as studies_main
 
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 
@@ -65,7 +66,7 @@ def test_cli_runs_end_to_end(tiny_run, tmp_path, capsys):
     assert "teacher:" in capsys.readouterr().out
     assert main(["generate", *tiny_run, "--prompt", "The keeper", "--max-new-tokens", "5"]) == 0
     assert capsys.readouterr().out.startswith("The keeper")
-    assert main(["ablate", *tiny_run, "--study", "head-init", "--set", "train.epochs=1"]) == 0
+    assert studies_main(["ablate", *tiny_run, "--study", "head-init", "--set", "train.epochs=1"]) == 0
     rows = json.loads((tmp_path / "run" / "ablations" / "head-init" / "results.json").read_text())["rows"]
     assert [r["tie_head"] for r in rows] == [True, True, False, False]
     assert rows[0]["trainable_parameters"] < rows[2]["trainable_parameters"]  # a tied head is frozen

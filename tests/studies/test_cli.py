@@ -7,13 +7,8 @@ import sys
 import pytest
 
 from helpers.paths import ROOT
-from mlpmem.cli.spec import function, run
-from studies.cli import COMMANDS, PROGRAM
-
-
-def main(argv: list[str]) -> int:
-    return run(PROGRAM, argv)
-
+from mlpmem.cli.spec import function
+from studies.cli import COMMANDS, main
 
 LIGHT = """
 import contextlib, io, sys

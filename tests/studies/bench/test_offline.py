@@ -11,6 +11,7 @@ from helpers.corpus import write_corpus
 from mlpmem.cli import main as cli_main
 from mlpmem.errors import ConfigError
 from studies.bench.offline import OfflineBenchConfig, main
+from studies.cli import main as studies_main
 
 
 @pytest.fixture()
@@ -49,15 +50,15 @@ def test_bench_offline_refuses_the_run_folder(tiny_config, tmp_path):
 
 
 def test_cli_bench_offline_options(tiny_config, tmp_path, capsys):
-    code = cli_main(["bench", "offline", str(tiny_config), "--quiet", "--threads", "1", "--train-tokens", "300",
-                     "--train-steps", "2", "--repeats", "1", "--out", str(tmp_path / "b"),
-                     "--set", "memory.num_layers=1", "--set", "train.alpha=0.3"])
+    code = studies_main(["bench", "offline", str(tiny_config), "--quiet", "--threads", "1", "--train-tokens", "300",
+                         "--train-steps", "2", "--repeats", "1", "--out", str(tmp_path / "b"),
+                         "--set", "memory.num_layers=1", "--set", "train.alpha=0.3"])
     assert code == 0 and "Pipeline stages on the slice" in capsys.readouterr().out
     config = json.loads((tmp_path / "b" / "bench-results.json").read_text())["config"]
     assert config["overrides"] == ["memory.num_layers=1", "train.alpha=0.3"]
     # the overrides reach the run's config: a bad one is its one-line error, before any work
-    assert cli_main(["bench", "offline", str(tiny_config), "--quiet", "--set", "train.alpha=2",
-                     "--out", str(tmp_path / "c")]) == 2
+    assert studies_main(["bench", "offline", str(tiny_config), "--quiet", "--set", "train.alpha=2",
+                         "--out", str(tmp_path / "c")]) == 2
     assert "alpha" in capsys.readouterr().err and not (tmp_path / "c").exists()
 
 

@@ -10,8 +10,8 @@ from helpers.bigbench import write_archive
 from helpers.corpus import corpus_text
 from helpers.encoders import BagOfWordsEncoder
 from mlpmem.baselines.methods import METHODS
-from mlpmem.cli import main
 from mlpmem.errors import MlpmemError
+from studies.cli import main
 from studies.qa.config import QASuiteConfig
 from studies.qa.per_item import item_scores, without_per_item
 

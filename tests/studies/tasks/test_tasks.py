@@ -24,10 +24,11 @@ from lm_eval.models.huggingface import HFLM
 
 from helpers.bigbench import write_archive
 from helpers.fast import quiet_and_fast  # noqa: F401 (autouse: no fsync, one thread)
-from mlpmem.cli import main
+from mlpmem.cli import main as mlpmem_main
 from mlpmem.errors import ConfigError, CorpusError
 from mlpmem.evaluation.harness import task_manager
 from mlpmem.inference.prompts import qa_prompt
+from studies.cli import main
 from studies.tasks import catalog
 from studies.tasks.choice_tasks import eval_items, screen_items
 from studies.tasks.prepare import MC_GROUP, QA_GROUP, TRUTH_GROUP, TasksConfig, prepare_tasks
@@ -170,7 +171,7 @@ def test_compare_command_on_two_models(llama_results, prepared, tiny_gpt2, tiny_
 
     base = write_results(llama_results, tmp_path / "base.json")
     method = write_results(run(tiny_gpt2, tiny_tokenizer, prepared[0], [MC_GROUP]), tmp_path / "gpt2.json")
-    assert main(["tasks", "compare", "--base", str(base), "--method", str(method), "--names", "gpt2",
+    assert mlpmem_main(["compare", "--base", str(base), "--method", str(method), "--names", "gpt2",
                  "--resamples", "200", "--out", str(tmp_path / "cmp")]) == 0
     out = capsys.readouterr().out
     assert f"| gpt2 | {NAMES[0]} | PMI | 3 |" in out and "| gpt2 | average | acc | 6 |" in out

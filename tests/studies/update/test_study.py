@@ -12,10 +12,10 @@ import yaml
 from helpers.fast import quiet_and_fast  # noqa: F401 (autouse: no fsync, one thread)
 from helpers.maintenance import digest
 from helpers.paths import CONFIGS
-from mlpmem.cli import main
 from mlpmem.errors import ConfigError
 from mlpmem.maintenance.config import MaintenanceConfig, load_maintenance_config
 from mlpmem.pipeline.config import PipelineConfig
+from studies.cli import main
 from studies.update.study import load_study_config
 from studies.update.sweep import finished_study
 

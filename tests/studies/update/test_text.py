@@ -11,8 +11,8 @@ import studies.update.text as update_text
 from helpers.corpus import corpus_text
 from helpers.fast import quiet_and_fast  # noqa: F401 (autouse: no fsync, one thread)
 from helpers.maintenance import digest
-from mlpmem.cli import main
 from mlpmem.errors import ConfigError
+from studies.cli import main
 
 
 def test_update_text_adds_unseen_text_to_a_copy_and_reports(run_dir, tmp_path, monkeypatch, capsys):
