@@ -17,7 +17,7 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
-from mlpmem.baselines.methods import METHODS, OLD_NAMES
+from mlpmem.baselines.methods import METHODS
 from mlpmem.evaluation.compare import rows_json
 from mlpmem.evaluation.stats import BootstrapConfig
 from mlpmem.reporting.tables import DASH, count, fixed, markdown_table, mebibytes
@@ -245,13 +245,6 @@ def claims_table(found: list[dict], results: dict) -> str:
     return "\n".join(lines)
 
 
-def current_names(results: dict) -> dict:
-    """``results`` with the methods that earlier suites wrote under an old name (``base``) under the current one."""
-    benches = {name: {**b, "methods": {OLD_NAMES.get(m, m): r for m, r in b.get("methods", {}).items()}}
-               for name, b in results.get("benchmarks", {}).items()}
-    return {**results, "benchmarks": benches}
-
-
 def _gate_words(run: dict) -> str:
     """How memory-gate's gate was trained and its offset chosen (empty when the suite scored no gate)."""
     if "memory-gate" not in run.get("methods", []):
@@ -337,8 +330,7 @@ def cost_section(cost: dict, benches: list[str]) -> str:
 
 def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
     """``docs_dir/report.md``, its figures and ``docs_dir/results.json`` (the results without their per-item
-    lists, plus ``intervals`` and ``claims``) from the suite's results (old method names accepted)."""
-    results = current_names(results)
+    lists, plus ``intervals`` and ``claims``) from the suite's results."""
     docs = Path(docs_dir)
     docs.mkdir(parents=True, exist_ok=True)
     cfg = bootstrap_config(results)

@@ -21,7 +21,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from mlpmem.baselines.finetuned import save_finetuned
-from mlpmem.baselines.methods import METHODS, OLD_NAMES, Built, MethodOptions, build_method
+from mlpmem.baselines.methods import METHODS, Built, MethodOptions, build_method
 from mlpmem.inference.gate_io import saved_for
 from mlpmem.inference.mixing import check_lambda
 from mlpmem.pipeline import built as stage_built
@@ -80,13 +80,8 @@ class Context:
 
 
 def method_file(bench_dir: Path, method: str) -> Path:
-    """``methods/<method>.json``, or the file an earlier suite wrote under the method's old name."""
-    path = bench_dir / "methods" / f"{method}.json"
-    if not path.exists():
-        for old, new in OLD_NAMES.items():
-            if new == method and (bench_dir / "methods" / f"{old}.json").exists():
-                return bench_dir / "methods" / f"{old}.json"
-    return path
+    """``methods/<method>.json``: where the suite keeps ``method``'s results on one benchmark."""
+    return bench_dir / "methods" / f"{method}.json"
 
 
 def method_settings(cfg: QASuiteConfig, bench: str, method: str, memory_sha256: str | None = None) -> dict:
@@ -263,7 +258,6 @@ def run_benchmark(cfg: QASuiteConfig, name: str, backbone, progress: bool = True
             result["no_regression"] = no_regression(built.model, ctx.tokenizer, nr_items, cfg.generation)
         result["wall_seconds"] = time.perf_counter() - t0
         result["settings"] = settings
-        path = ctx.dir / "methods" / f"{method}.json"  # an old name's file is replaced by the current name's
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(path, result)
         out["methods"][method] = result

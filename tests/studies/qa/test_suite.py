@@ -15,6 +15,11 @@ from studies.cli import main
 from studies.qa.config import QASuiteConfig
 from studies.qa.per_item import item_scores, without_per_item
 
+CONFIGS = Path(__file__).resolve().parents[3] / "studies" / "qa" / "configs"
+MEMORY_RUNS = sorted(CONFIGS.glob("qa-*.yaml"))
+"""The pipeline presets of the suite's memory runs."""
+SUITES = sorted(set(CONFIGS.glob("*.yaml")) - set(MEMORY_RUNS))
+
 BIGBENCH = {
     "qa_wikidata": {"examples": [{"input": "The keeper of the lighthouse is", "target": "old"},
                                  {"input": "The color of the book is", "target": ["green"]}]},
@@ -266,25 +271,26 @@ def test_suite_config_validation(tmp_path):
         QASuiteConfig(benchmarks={"synthetic": {"pipeline": "x"}}, shots=-1)
     with pytest.raises(ConfigError, match="gate_offset_grid"):
         QASuiteConfig(benchmarks={"synthetic": {"pipeline": "x"}}, gate_offset_grid=[])
-    for preset in sorted(Path("studies/qa/configs").glob("*.yaml")):  # every QA preset loads
+    for preset in SUITES:  # every QA suite preset loads
         cfg = QASuiteConfig.from_yaml(str(preset))
         assert "synthetic" in cfg.benchmarks and set(cfg.benchmarks) <= {"synthetic", "disfl_qa"}, preset
         assert {"backbone", "memory", "memory-gate"} <= set(cfg.methods) <= set(METHODS), preset
 
 
-def test_results_under_the_old_backbone_name_are_read(tmp_path, tiny_llama, tiny_tokenizer):
+@pytest.mark.parametrize("path", MEMORY_RUNS, ids=lambda p: p.name)
+def test_every_memory_run_preset_of_the_suite_loads(path):
+    from mlpmem.pipeline.config import PipelineConfig
+
+    assert PipelineConfig.from_yaml(path).run_dir
+
+
+def test_method_files_and_the_inputs_each_method_needs(tmp_path, tiny_llama, tiny_tokenizer):
     from mlpmem.baselines.methods import build_method
     from mlpmem.errors import ConfigError
-    from studies.qa.report import current_names
     from studies.qa.runner import method_file
 
-    (tmp_path / "methods").mkdir()
     assert method_file(tmp_path, "backbone") == tmp_path / "methods" / "backbone.json"
-    (tmp_path / "methods" / "base.json").write_text("{}")
-    assert method_file(tmp_path, "backbone") == tmp_path / "methods" / "base.json"
     assert method_file(tmp_path, "memory") == tmp_path / "methods" / "memory.json"
-    old = {"benchmarks": {"synthetic": {"methods": {"base": {"test": {}}, "memory": {}}}}}
-    assert list(current_names(old)["benchmarks"]["synthetic"]["methods"]) == ["backbone", "memory"]
     assert build_method("backbone", None, (tiny_llama, tiny_tokenizer)).model is tiny_llama
     with pytest.raises(ConfigError, match="run folder"):
         build_method("memory", None, (tiny_llama, tiny_tokenizer))
