@@ -15,7 +15,7 @@ NAME = "python -m studies"
 GROUPS = {
     "": "the studies of a finished run or a preset",
     "qa": "knowledge QA: EM/F1 of one method, the whole comparison",
-    "bench": "speed benchmarks: inference, offline stages, packing, scale",
+    "bench": "speed benchmarks: inference, the gate's decode, offline stages, packing, scale",
     "tasks": "local lm-eval tasks from shipped data (compare methods on them with `mlpmem compare`)",
 }
 
@@ -111,6 +111,13 @@ COMMANDS = (
                 Arg("--knn-nprobe", type=int, default_from=f"{KNN}.index.nprobe", help="lists searched per query"),
                 Arg("--rag-retriever", choices=("dense", "bm25"), default_from=INFER, help="RAG retriever"),
                 Arg("--lam", type=float, help="memory λ (default: the run's, or a fixed one if the run chose 0)"))),
+    Command("gate", "bench", "studies.bench.gate_decode:cmd_bench_gate",
+            "mlpmem gate, plus the gate's decode speed against the fixed λ in the report", (
+                *RUN,
+                Arg("--report", metavar="DIR", help="also write the gate report (results.json, report.md, PNG) here"),
+                Arg("--name", help="this gate's entry in the report (default: the run folder's name)"),
+                Arg("--decode-tokens", type=int, default=32, help="tokens per timed greedy decode"),
+                Arg("--decode-rounds", type=int, default=5, help="timed decode rounds, gate and fixed λ interleaved"))),
     Command("offline", "bench", f"{BENCH}:bench_offline",
             "speed of key extraction, teacher and training on a capped corpus slice", (
                 *bench_args(OFFLINE),

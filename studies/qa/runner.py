@@ -156,7 +156,7 @@ def ensure_gate(ctx: Context) -> dict:
     returns the gate's perplexity comparison on the run's test text."""
     path = ctx.run.layout.gate / "results.json"
     if not (path.exists() and saved_for(ctx.run.layout.gate, load_run_memory(ctx.run))):
-        gate_with_report(ctx.run, ctx.name, f"python -m studies qa report ({ctx.name}: memory-gate)", decode_tokens=0)
+        gate_with_report(ctx.run, ctx.name, f"python -m studies qa report ({ctx.name}: memory-gate)")
     entry = read_json(path, "gate results")["corpora"][ctx.name]
     return {k: entry[k] for k in ("ppl_fixed", "ppl_gate", "mean_gate", "lambda_fixed")}
 

@@ -81,9 +81,7 @@ PIPELINE = [
             "train a run's learned mixing gate λ_t and compare it with the fixed λ", (
                 *RUN,
                 Arg("--report", metavar="DIR", help="also write the gate report (results.json, report.md, PNG) here"),
-                Arg("--name", help="this gate's entry in the report (default: the run folder's name)"),
-                Arg("--decode-tokens", type=int, default=32, help="tokens per timed greedy decode (0: no timing)"),
-                Arg("--decode-rounds", type=int, default=5, help="timed decode rounds, gate and fixed λ interleaved"))),
+                Arg("--name", help="this gate's entry in the report (default: the run folder's name)"))),
     Command("update", "", "mlpmem.cli.maintenance:update",
             "add documents to a finished run without rebuilding it", _maintenance(
                 Arg("--add", metavar="DOCS", help="a .jsonl of {'text', 'id'} or a text file, one document a line"),
