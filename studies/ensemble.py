@@ -24,13 +24,13 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from mlpmem.distil import DistilConfig, build_distilled_teacher, check_members, load_members
 from mlpmem.errors import ConfigError
 from mlpmem.layout import RunLayout
 from mlpmem.memory import MLPMemory
 from mlpmem.pipeline.train import stage_train
 from mlpmem.training.data import EvalData, averaged_mass80, memory_logprobs, scores
 from mlpmem.utils.shards import sha256_file
+from studies.distil_teacher import DistilConfig, build_distilled_teacher, check_members, load_members
 from studies.variant_runs import config_record, slug, variant_run, with_overrides
 
 DISTIL_VARIANTS = {

@@ -33,10 +33,11 @@ from mlpmem.compute import autocast, model_device
 from mlpmem.config import Config
 from mlpmem.corpora.documents import doc_start_token, read_documents
 from mlpmem.errors import ConfigError, CorpusError
-from mlpmem.inference.prompts import STOP_STRINGS, cut_at_stop
 from studies.qa.metrics import score
 from studies.qa.per_item import qa_per_item
 
+STOP_STRINGS = ("\n", "Question:", "Context:")
+"""Where a closed-book answer ends: a newline, or the next block of the prompt format."""
 CLOZE_STOPS = ("\n", ".", ",", ";", " and ", " or ")
 
 
@@ -51,6 +52,17 @@ class GenerationConfig(Config):
     def validate(self) -> None:
         if self.max_new_tokens < 1 or self.batch_size < 1:
             raise ConfigError("generation max_new_tokens and batch_size must be >= 1")
+
+
+def cut_at_stop(text: str, stops: tuple[str, ...] = STOP_STRINGS) -> str:
+    """``text`` up to the first stop string, stripped (leading whitespace, newlines included, is skipped first)."""
+    text = text.lstrip()
+    cut = len(text)
+    for stop in stops:
+        at = text.find(stop)
+        if at != -1:
+            cut = min(cut, at)
+    return text[:cut].strip()
 
 
 def _prepare_tokenizer(tokenizer):

@@ -10,8 +10,7 @@ in lm-eval's 0..1 scale, the best over the item's gold answers.
 
 from __future__ import annotations
 
-from mlpmem.inference.prompts import STOP_STRINGS, cut_at_stop
-from studies.qa.eval_qa import CLOZE_STOPS
+from studies.qa.eval_qa import CLOZE_STOPS, STOP_STRINGS, cut_at_stop
 from studies.qa.metrics import best_over_answers, exact_match, f1
 
 

@@ -35,7 +35,7 @@ HF_CACHE = ".hf-datasets"
 MANIFEST = "manifest.json"
 QA_DATA = "qa-data"
 """Where QA questions are generated when the QA suite has not written its own data."""
-UTILS = '''"""lm-eval hooks of the python -m studies tasks (written by ``python -m studies tasks prepare``)."""
+UTILS = '''"""lm-eval hooks of the local tasks (written by ``python -m studies tasks prepare``)."""
 
 from studies.tasks.scoring import process_cloze, process_qa  # noqa: F401
 '''

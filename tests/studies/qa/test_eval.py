@@ -6,9 +6,10 @@ import pytest
 
 from mlpmem.baselines.methods import closed_book_prompts
 from mlpmem.errors import CorpusError
-from mlpmem.inference.prompts import cut_at_stop, qa_prompt
+from mlpmem.inference.prompts import qa_prompt
 from studies.qa.eval_qa import (
     GenerationConfig,
+    cut_at_stop,
     evaluate_questions,
     generate_answers,
     read_questions,
