@@ -3,8 +3,8 @@
     python benchmarks/choice_scoring.py RUN --questions 200 --out docs/results/choice-scoring
 
 ``RUN`` is a finished synthetic-facts run (e.g. ``runs/update-study-480-lr/runs/updated``, which
-``mlpmem update-study`` writes); its memory is mixed at the study's λ and scores ``--questions`` questions of the
-same generator (each against its distractors, as :class:`mlpmem.experiments.update.scoring.Scorer` asks them) both
+``python -m studies update-study`` writes); its memory is mixed at the study's λ and scores ``--questions``
+questions of the same generator (each against its distractors, as :class:`studies.update.scoring.Scorer` asks them) both
 ways, interleaved round by round after a warm-up. Written: ``report.md`` and ``results.json`` (seconds, the ratio of
 medians, the largest difference of any sum and whether every question's choice is the same).
 """
@@ -14,17 +14,17 @@ import json
 import time
 from pathlib import Path
 
-from mlpmem.experiments.bench.common import interleave, summarize, threads
-from mlpmem.experiments.bench.infer.measure import machine
-from mlpmem.experiments.qa.choice import continuation_logprobs
-from mlpmem.experiments.qa.synthetic import SyntheticConfig, generate
-from mlpmem.experiments.update.groups import questions_of
-from mlpmem.experiments.update.scoring import Scorer
-from mlpmem.experiments.update.study import UpdateStudyConfig
 from mlpmem.inference.augmented_lm import MemoryAugmentedLM
 from mlpmem.inference.prompts import qa_prompt
 from mlpmem.maintenance.finetune import load_memory
 from mlpmem.pipeline.hf_export import open_run
+from studies.bench.common import interleave, summarize, threads
+from studies.bench.infer.measure import machine
+from studies.qa.choice import continuation_logprobs
+from studies.qa.synthetic import SyntheticConfig, generate
+from studies.update.groups import questions_of
+from studies.update.scoring import Scorer
+from studies.update.study import UpdateStudyConfig
 
 
 def main() -> None:

@@ -3,10 +3,10 @@
     python benchmarks/generation_precision.py RUN --questions 200 --out docs/results/generation-precision
 
 ``RUN`` is a finished synthetic-facts run (e.g. ``runs/update-study-480-sweep/runs/retrained``, which
-``mlpmem update-study`` writes); the backbone alone and its memory mixed at the study's λ answer ``--questions``
-questions of the same generator (greedy, after the QA suite's four format demonstrations) at each precision,
-interleaved round by round after a warm-up. Written: ``report.md`` and ``results.json`` (seconds per method and
-precision, the ratio of medians, exact match at each precision and the share of answers that are the same).
+``python -m studies update-study`` writes); the backbone alone and its memory mixed at the study's λ answer
+``--questions`` questions of the same generator (greedy, after the QA suite's four format demonstrations) at each
+precision, interleaved round by round after a warm-up. Written: ``report.md`` and ``results.json`` (seconds per
+method and precision, the ratio of medians, exact match at each precision and the share of answers that are the same).
 """
 
 import argparse
@@ -15,15 +15,15 @@ import time
 from pathlib import Path
 
 from mlpmem.baselines.methods import closed_book_prompts
-from mlpmem.experiments.bench.common import interleave, summarize, threads
-from mlpmem.experiments.bench.infer.measure import machine
-from mlpmem.experiments.qa.eval_qa import GenerationConfig, evaluate_questions
-from mlpmem.experiments.qa.synthetic import SyntheticConfig, generate
-from mlpmem.experiments.update.groups import questions_of
-from mlpmem.experiments.update.study import UpdateStudyConfig
 from mlpmem.inference.augmented_lm import MemoryAugmentedLM
 from mlpmem.maintenance.finetune import load_memory
 from mlpmem.pipeline.hf_export import open_run
+from studies.bench.common import interleave, summarize, threads
+from studies.bench.infer.measure import machine
+from studies.qa.eval_qa import GenerationConfig, evaluate_questions
+from studies.qa.synthetic import SyntheticConfig, generate
+from studies.update.groups import questions_of
+from studies.update.study import UpdateStudyConfig
 
 PRECISIONS = ("fp32", "bf16")
 

@@ -1,5 +1,6 @@
-"""The memory's depth against α as one grid, from `mlpmem ablate --out` folders: validation PPL of memory + backbone
-(and of the memory alone over the targets its head covers) per cell, written as OUT/report.md and OUT/results.json.
+"""The memory's depth against α as one grid, from `python -m studies ablate --out` folders: validation PPL of
+memory + backbone (and of the memory alone over the targets its head covers) per cell, written as OUT/report.md and
+OUT/results.json.
 
 Usage: python benchmarks/recipe_grid.py --out DIR --command "..." [--test-summary FILE] ABLATION_DIR...
 Every row of every folder's results.json is one cell, keyed by its (preset, alpha) in the folder's config with the

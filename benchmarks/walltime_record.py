@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from mlpmem.compute import cpu_has_native_bf16
-from mlpmem.experiments.bench.infer.measure import machine
+from studies.bench.infer.measure import machine
 
 
 def main() -> None:
