@@ -190,8 +190,8 @@ def test_report_and_results_json_carry_the_intervals(tmp_path):
 
 
 def test_method_files_without_per_item_scores_still_make_a_report(tmp_path):
-    old = suite_results({"synthetic": {"base": WRONG, "memory": RIGHT, "knnlm": SOME}}, {"base": SOME, "memory": SOME},
-                        items=False)  # an earlier suite: no per-item scores, the backbone under its old name
+    old = suite_results({"synthetic": {"backbone": WRONG, "memory": RIGHT, "knnlm": SOME}},
+                        {"backbone": SOME, "memory": SOME}, items=False)  # no per-item scores
     write_report(old, tmp_path, "python -m studies qa report suite.yaml")
     report = (tmp_path / "report.md").read_text()
     assert f"100.0 ({NO_INTERVAL})" in report and "+100.0 (no interval)" in report

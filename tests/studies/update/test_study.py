@@ -11,7 +11,7 @@ import yaml
 
 from helpers.fast import quiet_and_fast  # noqa: F401 (autouse: no fsync, one thread)
 from helpers.maintenance import digest
-from helpers.paths import CONFIGS
+from helpers.paths import CONFIGS, ROOT
 from mlpmem.errors import ConfigError
 from mlpmem.maintenance.config import MaintenanceConfig, load_maintenance_config
 from mlpmem.pipeline.config import PipelineConfig
@@ -19,17 +19,18 @@ from studies.cli import main
 from studies.update.study import load_study_config
 from studies.update.sweep import finished_study
 
+STUDY_CONFIGS = ROOT / "studies" / "update" / "configs"
 ROWS = {"qa_added_update_vs_retrain", "qa_old_after_update_vs_before", "cost_update_vs_retrain",
         "qa_forgotten_after_forget", "qa_kept_after_forget", "explain_top_document_is_own"}
 
 
 def test_the_presets_load_and_bad_values_are_one_line_errors():
     assert load_maintenance_config(CONFIGS / "maintenance" / "default.yaml") == MaintenanceConfig()
-    study = load_study_config(CONFIGS / "maintenance" / "study.yaml")
+    study = load_study_config(STUDY_CONFIGS / "study.yaml")
     assert study.synthetic["num_entities"] == 120
     train = PipelineConfig.from_yaml(study.pipeline, study.pipeline_set).train  # the recipe its report measured
     assert (train.epochs, train.eval_every, train.patience) == (3, None, None)
-    large = load_study_config(CONFIGS / "maintenance" / "study-480.yaml")  # the table of docs/results/update
+    large = load_study_config(STUDY_CONFIGS / "study-480.yaml")  # the table of docs/results/update
     assert large.synthetic["num_entities"] == 480 and large.update_seeds == [0, 1, 2] and large.retrain_seeds == [1, 2]
     assert load_maintenance_config(overrides=large.maintenance).update.replay_draw == "epoch"
     assert large.forget_probes and large.forget_fraction == 0.3  # the forget that meets its row
@@ -41,13 +42,13 @@ def test_the_presets_load_and_bad_values_are_one_line_errors():
     with pytest.raises(ConfigError, match="unknown config key"):
         load_maintenance_config(overrides=["update.replay=1"])
     with pytest.raises(ConfigError, match="not a folder name"):
-        load_study_config(CONFIGS / "maintenance" / "study.yaml", ["update_variants={../x: [update.epochs=2]}"])
+        load_study_config(STUDY_CONFIGS / "study.yaml", ["update_variants={../x: [update.epochs=2]}"])
     with pytest.raises(ConfigError, match="update.epochs"):
-        load_study_config(CONFIGS / "maintenance" / "study.yaml", ["update_variants={e0: [update.epochs=0]}"])
+        load_study_config(STUDY_CONFIGS / "study.yaml", ["update_variants={e0: [update.epochs=0]}"])
     with pytest.raises(ConfigError, match="from_study_table needs from_study"):
-        load_study_config(CONFIGS / "maintenance" / "study.yaml", ["from_study_table=true"])
+        load_study_config(STUDY_CONFIGS / "study.yaml", ["from_study_table=true"])
     with pytest.raises(ConfigError, match="retrain_seeds"):
-        load_study_config(CONFIGS / "maintenance" / "study.yaml", ["retrain_seeds=[0]"])
+        load_study_config(STUDY_CONFIGS / "study.yaml", ["retrain_seeds=[0]"])
 
 
 def test_a_tiny_study_writes_its_table(tmp_path, tiny_backbone_dir, capsys):
@@ -163,7 +164,7 @@ def test_a_tiny_study_writes_its_table(tmp_path, tiny_backbone_dir, capsys):
 
 
 def test_a_sweep_needs_a_finished_study_with_the_same_data(tmp_path):
-    base = load_study_config(CONFIGS / "maintenance" / "study.yaml", ["update_variants={e2: [update.epochs=2]}"])
+    base = load_study_config(STUDY_CONFIGS / "study.yaml", ["update_variants={e2: [update.epochs=2]}"])
     source = tmp_path / "study"
     with pytest.raises(ConfigError, match="no finished update study"):
         finished_study(dataclasses.replace(base, from_study=str(source)))
