@@ -18,7 +18,7 @@ $(STAMP): requirements.txt pyproject.toml
 	touch $(STAMP)
 
 lint: install
-	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff check src tests studies
 
 # Test modules run side by side on up to 4 processes (pytest-xdist); each module's fixtures stay in one process.
 test: install

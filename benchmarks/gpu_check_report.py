@@ -86,7 +86,7 @@ def main() -> None:
                   "The quick preset extracts keys in batches of 4 windows and trains 94 steps: sizes for 2 CPU cores, "
                   "far too small to load an H200; the figures are what a user gets from that preset there."]
     if infer:
-        lines += ["", "## Decode speed on the GPU (`mlpmem bench infer`, same run, side by side)", "",
+        lines += ["", "## Decode speed on the GPU (`python -m studies bench infer`, same run, side by side)", "",
                   *infer["infer_report"]]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "report.md").write_text("\n".join(lines) + "\n")

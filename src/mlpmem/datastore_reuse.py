@@ -6,7 +6,7 @@ and on the tokens of those windows. When another keystore (the *donor*) was buil
 shard ``s`` covers the same windows over the same tokens, its files are this shard's files: they are hard-linked
 (copied across file systems) instead of encoded, and the shard's record says where it came from.
 
-``mlpmem scale-data`` builds its largest size first and lets each smaller size reuse its shards: the training
+``python -m studies scale-data`` builds its largest size first and lets each smaller size reuse its shards: the training
 splits are nested (each size the first tokens of the next), so every shard before the one holding the cut
 document comes for free, and the validation and test keystores whole.
 """

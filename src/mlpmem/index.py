@@ -1,7 +1,7 @@
 """Nearest-neighbour search over datastore keys (squared L2).
 
 - ``exact``: brute force in torch, ``|q|^2 - 2 q.K^T + |K|^2`` with ``addmm`` over key chunks and a running
-  top-k merge (faster than ``faiss.IndexFlatL2`` on small CPUs: ``mlpmem bench offline``); for datastores that
+  top-k merge (faster than ``faiss.IndexFlatL2`` on small CPUs: the study ``bench offline``); for datastores that
   fit in RAM. With ``precision: bf16`` the scan runs in bf16 matmuls (several times the fp32 matmul rate on CPUs
   with AVX512-BF16 or AMX) to pick ``k + k/4`` candidates, whose distances are then recomputed exactly in fp32
   and sorted: the distances returned are exact, only a neighbour near the k-th may be swapped for one just beyond it.
@@ -11,7 +11,8 @@
   with at least :data:`LIST_BATCH` queries per probed list runs list by list (FAISS's ``big_batch_search``: one
   distance matmul per inverted list for all the queries that probe it, instead of every query streaming its lists
   from memory): the same lists are probed, the distances agree to float rounding (``|q|^2 - 2 q.x + |x|^2``), so
-  only neighbours tied to rounding may swap; several times faster on large batches (``mlpmem bench offline``).
+  only neighbours tied to rounding may swap; several times faster on large batches
+  (``python -m studies bench offline``).
 Every search returns ``(dists (B, k) fp32, ids (B, k) int64)``, ascending, ids = datastore row ids
 (``-1`` where fewer than k candidates were found).
 

@@ -135,7 +135,7 @@ def run_stage(stage: str, backbone_dir: Path, out: Path, dist=None) -> None:
 
 
 def main() -> None:
-    from mlpmem.experiments.bench.scale.workers import match_launcher_priority
+    from studies.bench.scale.workers import match_launcher_priority
 
     match_launcher_priority()  # torchrun's workers start a new session: keep the launcher's CPU weight
     torch.set_num_threads(1)

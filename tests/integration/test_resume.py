@@ -28,7 +28,7 @@ INPUTS = {"datastore": [], "teacher": ["ds"], "train": ["ds", "teacher"]}
 
 
 def run_worker(backbone_dir, out, stage, kill_at=0) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), MLPMEM_TEST_KILL_AT=str(kill_at))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]), MLPMEM_TEST_KILL_AT=str(kill_at))
     return subprocess.run([sys.executable, str(WORKER), str(backbone_dir), str(out), stage], capture_output=True,
                           text=True, env=env, timeout=300)
 

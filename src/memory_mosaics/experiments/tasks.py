@@ -1,13 +1,13 @@
 """The paper's three questions at small scale, scored by log-likelihood of candidate continuations.
 
 Every item is a context and K candidate continuations; the prediction is the candidate with the highest
-sum of token log-probabilities (``mlpmem.experiments.qa.choice.continuation_logprobs``), so tiny models that cannot
+sum of token log-probabilities (``studies.qa.choice.continuation_logprobs``), so tiny models that cannot
 follow instructions are still measured. Chance is 1/K.
 
 1. Persistent knowledge: held-out perplexity (the test split, windows of the training length) and the
-   shipped cloze facts (bigbench ``qa_wikidata`` via ``mlpmem.experiments.qa.bigbench``): the true answer against
+   shipped cloze facts (bigbench ``qa_wikidata`` via ``studies.qa.bigbench``): the true answer against
    ``cloze_choices - 1`` answers of other facts of the same relation (same first three words).
-2. New knowledge: ``n`` biographies of fictional people (``mlpmem.experiments.qa.synthetic``: names, cities and
+2. New knowledge: ``n`` biographies of fictional people (``studies.qa.synthetic``: names, cities and
    employers are random syllables, so only the context can teach them) in random templates, then a
    cloze probe about one of them (worded unlike any template as a whole, though it shares words with
    some; "Question: ... Answer:" prompts are beyond our tiny models); candidates: the asked attribute of the
@@ -28,8 +28,8 @@ import random
 import numpy as np
 
 from memory_mosaics.experiments.config import EvalSection
-from mlpmem.experiments.qa.bigbench import qa_wikidata
-from mlpmem.experiments.qa.synthetic import DOC_TEMPLATES, SyntheticConfig, document, make_entities
+from studies.qa.bigbench import qa_wikidata
+from studies.qa.synthetic import DOC_TEMPLATES, SyntheticConfig, document, make_entities
 
 PROBES = {
     "birth_city": "{name} comes from the city of",

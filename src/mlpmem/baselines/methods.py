@@ -46,8 +46,6 @@ from mlpmem.inference.prompts import qa_prompt
 from mlpmem.utils.io import dir_bytes
 from mlpmem.utils.shards import read_json
 
-OLD_NAMES = {"base": "backbone"}
-"""Earlier names of methods, accepted where results written under them are read."""
 COST_KEYS = ("trainable_parameters", "train_seconds", "inference_bytes")
 
 PromptFn = Callable[[list[dict]], list[str]]

@@ -1,4 +1,4 @@
-"""``mlpmem tasks compare``: methods vs base on the same lm-eval tasks, paired, with 95 % intervals.
+"""``mlpmem compare``: methods vs base on the same lm-eval tasks, paired, with 95 % intervals.
 
 A thin wrapper of :mod:`mlpmem.evaluation.compare` (imported when the command runs): it prints the table
 and, with ``--out DIR``, writes ``compare.md``, ``compare.json`` and ``delta.png`` there.

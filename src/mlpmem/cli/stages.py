@@ -1,5 +1,5 @@
 """The pipeline's commands: one stage (``mlpmem datastore``, ...), every stage (``run``, ``demo``), a run's
-report, generation with its memory, and ablations of it.
+report, generation with its memory.
 
 Imported only when one of them runs (the table names them as strings), so the pipeline loads here, at the top.
 """
@@ -12,7 +12,6 @@ from pathlib import Path
 
 from mlpmem.compute import model_device
 from mlpmem.errors import MlpmemError
-from mlpmem.experiments.ablation import run_study, study_table, write_study_report
 from mlpmem.inference.gate_io import load_gate
 from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.pipeline import records, require, run_pipeline, run_stage
@@ -118,18 +117,6 @@ def demo(args: argparse.Namespace) -> None:
         raise MlpmemError(f"demo config {config} not found (run the demo from a source checkout)")
     args.config = str(config)
     run(args)
-
-
-def ablate(args: argparse.Namespace) -> None:
-    the_run = _run(args)
-    with the_run.locked(args.command_line):
-        require(the_run, ("datastore", "teacher"))  # the variants train on the run's datastore and teacher
-        records.check_upstream(the_run, "train")
-        rows = run_study(the_run, args.study, variants=args.variant or None)
-        print(study_table(args.study, rows))
-        if args.out:
-            write_study_report(the_run, args.study, args.out, args.command_line)
-            print(f"report: {Path(args.out) / 'report.md'}")
 
 
 def generate(args: argparse.Namespace) -> None:

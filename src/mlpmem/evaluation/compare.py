@@ -4,7 +4,7 @@ its 95 % interval and a verdict, from the per-item samples lm-eval logs (``--log
 Input: results JSON files as :func:`mlpmem.evaluation.harness.write_results` writes them (``mlpmem lm-eval
 ... --log-samples --output FILE``): ``results[task]`` holds the aggregate scores and ``samples[task]`` one
 record per item with its per-item metrics (``acc``, ``acc_mutual_info``, ``em``, ``f1``...). Items are
-paired by the document's ``id`` field (every task ``mlpmem tasks prepare`` writes has one), else by
+paired by the document's ``id`` field (every task ``python -m studies tasks prepare`` writes has one), else by
 lm-eval's ``doc_id``; only items scored in both files count.
 
 Every score and difference is in percent. :func:`compare` returns :class:`Row` objects; :func:`table`

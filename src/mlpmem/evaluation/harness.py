@@ -26,8 +26,8 @@ run's validation choice), ``share_context=false`` (every loglikelihood request r
 below that λ_t, ``gate_dir=``
 takes another gate saved with the run's memory), ``precision=fp32|bf16|auto`` (bf16: every model call under
 autocast, held open around each of lm-eval's calls so that each fp32 weight is cast once per call of lm-eval, not
-per forward; every log-likelihood at bf16's rounding; ``mlpmem bench lm-eval --compare-precision bf16`` measures
-the speed and how far the scores move), ``docs=``, ``top_k=``,
+per forward; every log-likelihood at bf16's rounding; ``python -m studies bench lm-eval --compare-precision bf16``
+measures the speed and how far the scores move), ``docs=``, ``top_k=``,
 ``passage_words=``, ``max_prompt_tokens=`` (RAG), ``weights=`` (CPT, LoRA), plus any ``HFLM`` argument
 (``batch_size``, ``max_length``, ``device``...). lm-eval only knows the type once this module is imported:
 ``mlpmem lm-eval`` and ``python -m mlpmem.evaluation`` import it first.

@@ -30,7 +30,6 @@ from mlpmem.errors import ConfigError
 QUESTION_TEMPLATE = "Question: {question}\nAnswer:"
 CONTEXT_HEADER = "Context:\n"
 PASSAGE_SEPARATOR = "\n\n"
-STOP_STRINGS = ("\n", "Question:", "Context:")
 DEMONSTRATIONS = (
     ("What is the capital of France?", "Paris"),
     ("In which year did the Second World War end?", "1945"),
@@ -63,14 +62,3 @@ def with_passages(body: str, passages: list[str] | None = None) -> str:
     if not passages:
         return body
     return CONTEXT_HEADER + PASSAGE_SEPARATOR.join(p.strip() for p in passages) + PASSAGE_SEPARATOR + body
-
-
-def cut_at_stop(text: str, stops: tuple[str, ...] = STOP_STRINGS) -> str:
-    """``text`` up to the first stop string, stripped (leading whitespace, newlines included, is skipped first)."""
-    text = text.lstrip()
-    cut = len(text)
-    for stop in stops:
-        at = text.find(stop)
-        if at != -1:
-            cut = min(cut, at)
-    return text[:cut].strip()

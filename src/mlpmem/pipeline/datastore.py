@@ -25,7 +25,7 @@ class DatastoreConfig(Config):
     pack: bool = False
     """Pack windows shorter than ``corpus.block_size`` into shared rows, each seeing only itself (same rows, order
     and keys within rounding; fewer, fuller forwards). Recorded in the keystore manifest. Off by default: on the
-    CPUs measured so far it did not speed key extraction up (docs/results/speed/packing.md, ``mlpmem bench
+    CPUs measured so far it did not speed key extraction up (docs/results/speed/packing.md, ``python -m studies bench
     packing``); measure before turning it on elsewhere."""
 
     def validate(self) -> None:

@@ -1,11 +1,11 @@
-"""The gate of a finished run: train λ_t on validation, compare it with the fixed λ on test, time its decode cost.
+"""The gate of a finished run: train λ_t on validation, compare it with the fixed λ on test.
 
 ``mlpmem gate CONFIG`` (:func:`stage_gate`) reads a finished run (memory, evaluation keystores, ``results.json``
 for the validation-chosen fixed λ) and writes only ``run_dir/gate/``:
 
     gate/gate.json, gate.safetensors   the gate, bound to the run's memory by its checksum
     gate/features-<split>.npz          the cached per-position features and log p_mem(target)
-    gate/results.json, report.md, lambda_hist.png   fixed λ vs gate on test, λ_t on test, decode ratio
+    gate/results.json, report.md, lambda_hist.png   fixed λ vs gate on test, λ_t on test
 
 Training reads the validation split only (:func:`train_run_gate`); the test split is read afterwards, to score
 (:func:`score_gate`). The features need the backbone's whole distribution at every position, which the
@@ -22,6 +22,7 @@ from __future__ import annotations
 import io
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +40,6 @@ from mlpmem.inference.gate import (
     gate_features,
 )
 from mlpmem.inference.gate_io import memory_checksum, save_gate
-from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.inference.mixing import mix
 from mlpmem.inference.perplexity import perplexity
 from mlpmem.memory import MLPMemory
@@ -51,6 +51,10 @@ from mlpmem.training.data import memory_logprobs
 from mlpmem.training.gate import GateData, GateTrainConfig, train_gate
 from mlpmem.utils.lock import folder_lock
 from mlpmem.utils.shards import read_json, temporary
+
+Measure = Callable[[Run, MLPMemory, object, float], dict]
+"""More measurements of a trained gate ``(run, memory, gate, fixed λ) -> fields`` added to its entry (the
+speed study times its decode with one)."""
 
 FEATURE_ROWS = 256
 """Positions whose two full distributions are held at once while computing features."""
@@ -190,52 +194,6 @@ def score_gate(run: Run, memory: MLPMemory, gate, lam: float, split: str = "test
             "tokens": len(data), "features": info, "lambda_t": lam_t.numpy(), "lp_mem": data.lp_mem.numpy()}
 
 
-@torch.no_grad()
-def decode_speed(run: Run, memory: MLPMemory, gate, lam: float, new_tokens: int, rounds: int) -> dict:
-    """Greedy decode tokens/s at batch 1 with the gate and with the fixed λ, in one process: each round times
-    both back to back (the order alternates), and the ratio is the median of the rounds' ratios, so that a
-    load that drifts between rounds cancels. Beside it, the mixing step alone, timed on this run's logits."""
-    model, tokenizer = run.backbone
-    mixed = MemoryAugmentedForCausalLM.from_parts(model, memory, lam=lam, tokenizer=tokenizer)
-    prompt = torch.from_numpy(np.asarray(split_tokens(run, "test")[0][:16], np.int64))[None].to(model_device(model))
-    kwargs = dict(input_ids=prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens,
-                  min_new_tokens=new_tokens, do_sample=False, pad_token_id=tokenizer.eos_token_id)
-    tps: dict[str, list[float]] = {"gate": [], "fixed": []}
-    for r in range(rounds + 1):  # round 0 warms up
-        for name in (("gate", "fixed") if r % 2 else ("fixed", "gate")):
-            mixed.set_gate(gate if name == "gate" else None)
-            started = time.perf_counter()
-            mixed.generate(**kwargs)
-            if r:
-                tps[name].append(new_tokens / (time.perf_counter() - started))
-    ratios = np.array(tps["gate"]) / np.array(tps["fixed"])  # (rounds,)
-    return {"decode_tok_s_gate": float(np.median(tps["gate"])), "decode_tok_s_fixed": float(np.median(tps["fixed"])),
-            "decode_ratio": float(np.median(ratios)),
-            "decode_ratio_quartiles": [float(q) for q in np.quantile(ratios, [0.25, 0.75])],
-            "new_tokens": new_tokens, "rounds": rounds, "threads": torch.get_num_threads(),
-            **mixing_cost(model, memory, gate, lam)}
-
-
-def mixing_cost(model, memory: MLPMemory, gate, lam: float, repeats: int = 300) -> dict:
-    """Milliseconds of one decode step's mixing (batch 1, one position, this vocabulary) with the gate and with
-    the fixed λ: the part of a step the gate changes, measured without the backbone's noise."""
-    vocab = model.get_output_embeddings().weight.shape[0]
-    torch.manual_seed(0)
-    lm, mem = torch.randn(1, 1, vocab), memory.to_vocab(torch.randn(1, 1, memory.head.weight.shape[0]))  # (1, 1, V)
-    keys = torch.randn(1, 1, memory.config.input_size)
-    steps = {"fixed": lambda: mix(lm, mem, lam),
-             "gate": lambda: mix(lm, mem, gate.mixing_logits(gate_features(lm, mem), keys))}
-    out = {}
-    for name, step in steps.items():
-        for _ in range(20):
-            step()
-        started = time.perf_counter()
-        for _ in range(repeats):
-            step()
-        out[f"mix_ms_{name}"] = 1e3 * (time.perf_counter() - started) / repeats
-    return out
-
-
 def examples(run: Run, test: dict, split: str = "test", count: int = 8, context: int = 10) -> dict:
     """The ``count`` positions of ``split`` where the gate opens most and least: λ_t, the preceding tokens (the
     keystore's earlier targets), the target, and its p_lm / p_mem."""
@@ -252,12 +210,11 @@ def examples(run: Run, test: dict, split: str = "test", count: int = 8, context:
     return {"open": [row(int(i)) for i in order[::-1][:count]], "closed": [row(int(i)) for i in order[:count]]}
 
 
-def stage_gate(run: Run, config: GateTrainConfig, rebuild: bool = False, decode_tokens: int = 32,
-               decode_rounds: int = 5) -> dict:
-    """Train the run's gate on validation, score it against the fixed λ on test, time its decode cost.
+def stage_gate(run: Run, config: GateTrainConfig, rebuild: bool = False, measure: Measure | None = None) -> dict:
+    """Train the run's gate on validation, score it against the fixed λ on test.
 
-    Returns this run's entry of the gate results (``ppl_fixed``, ``ppl_gate``, ``mean_gate``, ``decode_ratio``,
-    ...) plus ``lambda_t`` (the test λ_t, for the histogram) and ``examples``.
+    Returns this run's entry of the gate results (``ppl_fixed``, ``ppl_gate``, ``mean_gate``, ..., and what
+    ``measure`` adds) plus ``lambda_t`` (the test λ_t, for the histogram) and ``examples``.
     """
     memory = load_run_memory(run)
     lam = fixed_lambda(run)
@@ -266,19 +223,19 @@ def stage_gate(run: Run, config: GateTrainConfig, rebuild: bool = False, decode_
             features_path(run, split).unlink(missing_ok=True)
     gate, summary = train_run_gate(run, memory, config, lam)
     test = score_gate(run, memory, gate, lam)
-    speed = decode_speed(run, memory, gate, lam, decode_tokens, decode_rounds) if decode_tokens > 0 else {}
+    speed = measure(run, memory, gate, lam) if measure is not None else {}
     entry = {k: v for k, v in test.items() if k not in ("lambda_t", "lp_mem")}
     entry.update(run_dir=str(run.dir), corpus=run.cfg.corpus.name or run.cfg.corpus.path, gate=config.to_dict(),
                  train={k: v for k, v in summary.items() if k != "history"}, history=summary["history"], **speed)
     return {**entry, "lambda_t": test["lambda_t"], "examples": examples(run, test)}
 
 
-def gate_with_report(run: Run, name: str, command: str, folders=(), rebuild: bool = False, decode_tokens: int = 32,
-                     decode_rounds: int = 5) -> dict:
+def gate_with_report(run: Run, name: str, command: str, folders=(), rebuild: bool = False,
+                     measure: Measure | None = None) -> dict:
     """:func:`stage_gate` under the gate folder's lock, its report written to ``run_dir/gate/`` and to ``folders``;
     returns the entry without its per-position λ_t."""
     with folder_lock(run.layout.gate, command):
-        entry = stage_gate(run, run.cfg.gate, rebuild, decode_tokens, decode_rounds)
+        entry = stage_gate(run, run.cfg.gate, rebuild, measure)
         lambda_t = entry.pop("lambda_t")
         for folder in [run.layout.gate, *folders]:
             write_gate_report(folder, name, entry, lambda_t, command)

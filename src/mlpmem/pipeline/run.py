@@ -80,10 +80,12 @@ class Run:
     """A run folder plus its configuration; lazily loads the backbone once.
 
     ``config_file`` is the YAML the configuration was read from: it is never rewritten, even when it is the
-    folder's own ``config.yaml``.
+    folder's own ``config.yaml``. ``backbone``: an already loaded ``(model, tokenizer)`` of ``cfg.backbone``,
+    used instead of loading it again (several runs sharing one backbone).
     """
 
-    def __init__(self, cfg: PipelineConfig, progress: bool = True, config_file: str | Path | None = None):
+    def __init__(self, cfg: PipelineConfig, progress: bool = True, config_file: str | Path | None = None,
+                 backbone: tuple | None = None):
         self.cfg, self.progress = cfg, progress
         self.dir = Path(cfg.run_dir).expanduser()
         self.layout = RunLayout(self.dir)
@@ -91,10 +93,10 @@ class Run:
         self.config_file = None if config_file is None else Path(config_file)
         check_run_dir(self.dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._backbone = None
+        self._backbone = backbone
         self.key_donor: Run | None = None
         """Another run whose keystores this one's may share shards with (same backbone and key settings; see
-        :mod:`mlpmem.datastore_reuse`): ``mlpmem scale-data`` sets it to the largest size's run."""
+        :mod:`mlpmem.datastore_reuse`): ``python -m studies scale-data`` sets it to the largest size's run."""
 
     @property
     def backbone(self):

@@ -122,7 +122,7 @@ def report_text(results: dict) -> str:
               "Only the runs in the table above are measured. Not yet measured: the other runs (among them the "
               "default preset and the by-article Wikipedia negative control), QA F1 with the gate (synthetic facts, "
               "disfl_qa), the general-capability comparisons, and the gate inside the QA suite, the lm-eval "
-              "adapter and `mlpmem bench infer`.", ""]
+              "adapter and `python -m studies bench infer`.", ""]
     return "\n".join(lines)
 
 

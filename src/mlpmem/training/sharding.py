@@ -30,7 +30,8 @@ def return_large_frees_to_os(threshold: int = 1 << 20) -> None:
     """Serve allocations of ``threshold`` bytes or more with their own memory maps (glibc ``M_MMAP_THRESHOLD``),
     so that freeing them returns the memory to the OS. On CPU, FSDP gathers and frees every block's full
     parameters at each step; glibc's heap otherwise keeps the freed buffers and the resident set grows past
-    DDP's (measured by ``mlpmem bench scale``). Same as ``MALLOC_MMAP_THRESHOLD_=1048576``; no-op off glibc."""
+    DDP's (measured by ``python -m studies bench scale``). Same as ``MALLOC_MMAP_THRESHOLD_=1048576``; no-op off
+    glibc."""
     name = ctypes.util.find_library("c")
     if name:
         try:

@@ -1,1 +1,0 @@
-"""Experiments built on the library (which never imports them): QA, benchmarks, ablations."""

@@ -1,1 +1,0 @@
-"""Speed benchmarks: ``mlpmem bench infer`` (inference) and ``mlpmem bench offline`` (offline stages)."""

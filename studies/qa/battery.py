@@ -1,0 +1,184 @@
+"""The no-regression battery through lm-evaluation-harness, as a stage of the QA suite.
+
+Every method of ``battery.methods`` is scored by lm-eval (the ``mlpmem`` model type,
+:mod:`mlpmem.evaluation.harness`) on the local multiple-choice tasks ``python -m studies tasks prepare`` writes (the
+nine BIG-bench tasks and TruthfulQA; :mod:`studies.tasks.prepare`), every item logged, on the
+models of the benchmark ``no_regression.memory_from``: its memory run (memory, datastore, corpus), the CPT /
+LoRA weights the suite saved, the λ (and gate offset) it chose on that benchmark's validation questions. Each
+method's lm-eval results go to ``<out_dir>/battery/<method>.json``; a method whose file exists is not run
+again, so the stage resumes, unless the file was scored from other model args, tasks or memory weights. The
+tasks are written once into ``<out_dir>/battery/tasks`` (unless ``tasks_dir`` names a prepared folder). The
+report pairs each method with the backbone item by item (:mod:`mlpmem.evaluation.compare`).
+
+With ``one_pass`` (the default) the methods that only read the memory run's backbone pass (backbone, memory,
+memory-gate, kNN-LM) are scored together, one backbone pass per request for all of them
+(:mod:`mlpmem.evaluation.one_pass`; the same scores as one method at a time, to float rounding); the first of them
+then carries the wall time of all, recorded in its file. ``precision: bf16`` scores every method under bf16
+autocast (paired differences then compare two bf16 scorings).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from mlpmem.baselines.methods import METHODS
+from mlpmem.errors import ConfigError
+from mlpmem.pipeline.records import memory_sha256
+from mlpmem.utils.shards import read_json
+from studies.tasks.prepare import TasksConfig, prepared
+
+SCORED_WITH = "mlpmem_scored_with"
+"""The key of a battery file that records what it was scored from (:func:`_scored_with`)."""
+WALL_SECONDS = "mlpmem_wall_seconds"
+"""The key of a battery file that records how long lm-eval took to score it (absent in older files)."""
+ONE_PASS = "mlpmem_one_pass"
+"""The key of a battery file that lists the methods scored with it from one backbone pass (absent: alone)."""
+RAG_CONTEXTS = "mlpmem_rag_contexts"
+"""The key of a RAG battery file that counts its contexts and those that got no passage (absent in older files)."""
+ONE_PASS_LABELS = ("backbone", "memory", "memory-gate", "knnlm")
+def battery_dir(out_dir: str | Path) -> Path:
+    return Path(out_dir) / "battery"
+
+
+def model_args(cfg, method: str) -> str:
+    """lm-eval ``model_args`` of ``method`` on the models of ``no_regression.memory_from`` (suite config ``cfg``), at
+    ``battery.precision`` (named only when not fp32, so that files scored before it existed still count)."""
+    args = _method_args(cfg, method)
+    precision = cfg.battery.precision if cfg.battery else "fp32"
+    return args if precision == "fp32" else f"{args},precision={precision}"
+
+
+def _method_args(cfg, method: str) -> str:
+    bench = Path(cfg.out_dir) / cfg.no_regression.memory_from
+    run = f"run={bench / 'memory-run'}"
+    tuned = _tuned(bench, method) if method in ("knnlm", "memory", "memory-gate") else {}
+    if method == "memory":
+        return f"{run},lam={tuned['lambda']}"
+    if method == "memory-gate":  # the gate the suite scored and chose the offset for
+        where = f",gate_dir={_question_gate(bench, tuned)}" if tuned.get("gate_training") == "questions" else ""
+        floor = f",gate_floor={tuned['gate_floor']}" if tuned.get("gate_floor") else ""
+        return f"{run},gate=true,gate_offset={tuned.get('gate_offset', 0.0)}{floor}{where}"
+    if method == "knnlm":
+        return f"{run},method=knnlm,lam={tuned['lambda']}"
+    if method in ("cpt", "lora"):
+        return f"{run},method={method},weights={bench / 'weights' / method}"
+    if method.startswith("rag-"):
+        rag = cfg.rag
+        return (f"{run},method={method},docs={bench / 'data' / 'corpus' / 'train.jsonl'},top_k={rag.top_k},"
+                f"passage_words={rag.passage_words},max_prompt_tokens={rag.max_prompt_tokens}")
+    return f"{run},method=backbone"
+
+
+def _scored_with(cfg, method: str) -> dict:
+    """What a battery file of ``method`` was scored from: its lm-eval model args and, for the memory methods, the
+    checksum of the memory weights and of the question gate (a file scored from others is scored again: a gate
+    retrained in the same folder keeps its model args)."""
+    out = {"model_args": model_args(cfg, method), "tasks": cfg.battery.tasks, "limit": cfg.battery.limit}
+    bench = Path(cfg.out_dir) / cfg.no_regression.memory_from
+    if METHODS[method].reads_memory:
+        out["memory_sha256"] = memory_sha256(bench / "memory-run" / "memory")
+    gate = _tuned(bench, method).get("question_gate") if method == "memory-gate" else None
+    if gate:
+        out["gate_sha256"] = gate["weights_sha256"]
+    return out
+
+
+def _question_gate(bench: Path, scored: dict) -> Path:
+    """The folder of the question gate memory-gate was scored with; refused when another one replaced it since."""
+    folder = bench / "gate-questions"
+    path = folder / "gate.json"
+    held = read_json(path, "question gate")["weights_sha256"] if path.is_file() else None
+    if held != scored.get("question_gate", {}).get("weights_sha256"):
+        raise ConfigError(f"battery: the gate in {folder} is not the one memory-gate was scored with on {bench.name}: "
+                          f"delete {bench / 'methods' / 'memory-gate.json'} and rerun the suite")
+    return folder
+
+
+def _tuned(bench: Path, method: str) -> dict:
+    path = bench / "methods" / f"{method}.json"
+    if not path.is_file():
+        raise ConfigError(f"battery: {path} is missing: the QA suite must score {method} on {bench.name} first "
+                          "(its λ is chosen there)")
+    return read_json(path, f"{method} results")
+
+
+def tasks_folder(cfg) -> Path:
+    """The prepared task folder: ``battery.tasks_dir``, or one the suite writes once under its battery folder."""
+    if cfg.battery.tasks_dir:
+        return Path(cfg.battery.tasks_dir)
+    options = {} if cfg.battery.mc_tasks is None else {"mc_tasks": cfg.battery.mc_tasks}
+    return prepared(TasksConfig(out=str(battery_dir(cfg.out_dir) / "tasks"), mc_limit=cfg.battery.mc_limit,
+                                qa_config=None, seed=cfg.seed, truthfulness=list(cfg.battery.truthfulness), **options))
+
+
+def run_battery(cfg, progress: bool = True) -> dict:
+    """Score every method not yet scored; ``{"tasks_dir", "methods": {method: results file}}`` of what exists."""
+    from mlpmem.evaluation.harness import evaluate, write_results
+
+    missing = set(cfg.battery.methods) - set(cfg.methods)
+    if missing:
+        raise ConfigError(f"battery.methods {sorted(missing)} are not among the suite's methods {cfg.methods} "
+                          "(their λ and weights come from the suite)")
+    folder = tasks_folder(cfg)
+    todo = {}
+    for method in cfg.battery.methods:
+        path, scored_with = battery_dir(cfg.out_dir) / f"{method}.json", _scored_with(cfg, method)
+        if not (path.is_file() and read_json(path, f"battery {method}").get(SCORED_WITH) == scored_with):
+            todo[method] = scored_with
+    models = _one_pass_models(cfg, todo)
+    for method, scored_with in todo.items():
+        t0 = time.perf_counter()
+        model = models.get(method) or _model(cfg, method, scored_with["model_args"])
+        results = evaluate(cfg.battery.tasks, model, scored_with["model_args"],
+                           include_path=folder, local_only=True, limit=cfg.battery.limit,
+                           batch_size=cfg.battery.batch_size, log_samples=True)
+        shared = {ONE_PASS: list(models)} if method in models else {}
+        counts = {RAG_CONTEXTS: model.rag_context_counts()} if method.startswith("rag-") else {}
+        write_results({**results, SCORED_WITH: scored_with, WALL_SECONDS: time.perf_counter() - t0, **shared,
+                       **counts}, battery_dir(cfg.out_dir) / f"{method}.json")
+    return collect_battery(cfg, folder)
+
+
+def _model(cfg, method: str, model_args: str):
+    """The ``mlpmem`` model type by name, or (RAG) built here, so that its contexts' counts can be read after."""
+    if not method.startswith("rag-"):
+        return "mlpmem"
+    from lm_eval.utils import simple_parse_args_string  # here: lm-eval loads only for the stage
+
+    from mlpmem.evaluation.harness import MlpmemLM
+
+    return MlpmemLM(**simple_parse_args_string(model_args), batch_size=cfg.battery.batch_size)
+
+
+def _one_pass_models(cfg, todo: dict) -> dict:
+    """``{method: OnePassLM}`` of the methods of ``todo`` that share one backbone pass (none: fewer than two)."""
+    labels = [m for m in todo if m in ONE_PASS_LABELS]
+    if not cfg.battery.one_pass or len(labels) < 2:
+        return {}
+    from mlpmem.evaluation.one_pass import OnePass  # here: it loads lm-eval
+
+    return OnePass({m: todo[m]["model_args"] for m in labels}).models(cfg.battery.batch_size)
+
+
+def collect_battery(cfg, folder: Path | None = None) -> dict | None:
+    """What earlier runs of the stage left for the suite's ``battery.methods`` (None when the backbone was not
+    scored, or the suite has no battery)."""
+    if cfg.battery is None:
+        return None
+    out = battery_dir(cfg.out_dir)
+    files = {m: str(out / f"{m}.json") for m in cfg.battery.methods if (out / f"{m}.json").is_file()}
+    if "backbone" not in files:
+        return None
+    records = {m: read_json(Path(f), f"battery {m}") for m, f in files.items()}
+    return {"tasks_dir": str(folder or out / "tasks"), "methods": files,
+            "wall_seconds": {m: r.get(WALL_SECONDS) for m, r in records.items()},
+            "one_pass": [m for m, r in records.items() if r.get(ONE_PASS)],
+            "precision": {m: scored_precision(r) for m, r in records.items()},
+            "rag_contexts": {m: r[RAG_CONTEXTS] for m, r in records.items() if r.get(RAG_CONTEXTS)}}
+
+
+def scored_precision(record: dict) -> str:
+    """The precision a battery file was scored at, from its model args (fp32 unless they name another)."""
+    args = dict(a.split("=", 1) for a in (record.get(SCORED_WITH) or {}).get("model_args", "").split(",") if "=" in a)
+    return args.get("precision", "fp32")

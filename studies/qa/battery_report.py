@@ -1,0 +1,117 @@
+"""The battery's part of the QA report: every method against the backbone on the lm-eval battery, item by item.
+
+Read from the files the battery stage wrote (:mod:`studies.qa.battery`; ``results["battery"]``),
+compared with :func:`mlpmem.evaluation.compare.compare` (per task and metric the two scores, the paired
+difference with its 95 % interval and a verdict; the average over tasks), drawn with its plot.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mlpmem.evaluation.compare import AVERAGE, LABELS, Row, compare, load_results, plot_deltas, table
+from mlpmem.evaluation.stats import BELOW, BootstrapConfig
+from studies.qa.choice_shift import Shift, length_shift, shift_table
+
+FIGURE = "battery-delta.png"
+
+
+def battery_rows(results: dict, cfg: BootstrapConfig) -> tuple[dict[str, list[Row]], dict[str, dict[str, Shift]]]:
+    """``({method: rows}, {method: {task: Shift}})`` of every scored method against the backbone: the paired
+    comparison and where its log-likelihood choices moved (both empty when the battery did not run)."""
+    battery = results.get("battery")
+    if not battery:
+        return {}, {}
+    files = battery["methods"]
+    base = load_results(files["backbone"])
+    rows, shifts = {}, {}
+    for method, path in files.items():
+        if method != "backbone":
+            mine = load_results(path)
+            rows[method], shifts[method] = compare(base, mine, None, cfg), length_shift(base, mine)
+    return rows, shifts
+
+
+def battery_section(rows: dict[str, list[Row]], labels: dict[str, str], docs: Path, stage: dict | None = None,
+                    shifts: dict[str, dict[str, Shift]] | None = None) -> str:
+    """The table (scores ± standard error, Δ vs backbone with its 95 % interval, verdict), the Δ plot, where the
+    log-likelihood choices moved and, from what the stage recorded (``stage``: :func:`~studies.qa.battery.
+    collect_battery`'s), the precision, each method's scoring time and RAG's contexts without passages."""
+    if not rows:
+        return "(not run: the suite config has no `battery` section, or `--no-battery` skipped it)"
+    stage = stage or {}
+    named = {labels.get(m, m): r for m, r in rows.items()}
+    figure = plot_deltas({m: task_rows(rs) for m, rs in named.items()}, docs / FIGURE, "backbone")
+    return "\n".join([
+        "lm-evaluation-harness (`mlpmem` model type) on the local BIG-bench tasks of "
+        "`python -m studies tasks prepare`, the "
+        "models of the no-regression benchmark at its QA-tuned λ; acc: log-likelihood choice, PMI: lm-eval's "
+        "`acc_mutual_info` (domain-conditional PMI, docs/lm-eval.md). Every difference is paired over the items "
+        f"both scored; `average` weighs every task the same. {precision_line(stage.get('precision') or {}, labels)}"
+        + rag_line(stage.get("rag_contexts") or {}, labels), "",
+        table(named, "backbone"), "", f"![battery Δ vs backbone]({figure.name})", "",
+        shift_section(shifts or {}, labels), "",
+        scoring_times(stage.get("wall_seconds") or {}, labels, stage.get("one_pass") or [])])
+
+
+def rag_line(counts: dict[str, dict[str, int]], labels: dict[str, str]) -> str:
+    """One sentence: of each RAG method's distinct contexts, how many were too long to take a passage."""
+    if not counts:
+        return ""
+    parts = [f"{labels.get(m, m)} {c['without_passages']} of {c['contexts']}" for m, c in counts.items()]
+    return (" RAG puts its passages before each context under `rag.max_prompt_tokens`; contexts longer than that "
+            "by themselves get none and are scored as the backbone scores them: " + ", ".join(parts)
+            + " distinct contexts.")
+
+
+def shift_section(shifts: dict[str, dict[str, Shift]], labels: dict[str, str]) -> str:
+    """Where each method's log-likelihood choice differs from the backbone's, whether it took a shorter choice."""
+    if not shifts:
+        return ""
+    return "\n".join([
+        "Items whose log-likelihood choice (acc) differs from the backbone's, and whether the method's choice is "
+        "shorter or longer in characters: a mixture lowers every token the memory gives no mass by log(1 − λ), so "
+        "by acc it favours short choices; PMI divides that out (`studies.qa.choice_shift`).", "",
+        shift_table({labels.get(m, m): s for m, s in shifts.items()}, "backbone")])
+
+
+def precision_line(precision: dict[str, str], labels: dict[str, str]) -> str:
+    """One sentence: the precision every method was scored at (``battery.precision``), or each one's if they differ."""
+    kinds = set(precision.values()) or {"fp32"}
+    if len(kinds) == 1:
+        return "Every method scored " + {"fp32": "at fp32.", "bf16": "at bf16 (autocast, `battery.precision`).",
+                                         "auto": "at `battery.precision: auto` (bf16 where the hardware computes it "
+                                                 "natively)."}[kinds.pop()]
+    return ("Scored at different precisions (files of earlier settings): "
+            + ", ".join(f"{labels.get(m, m)} {p}" for m, p in precision.items()) + ".")
+
+
+def scoring_times(seconds: dict[str, float | None], labels: dict[str, str], one_pass: list[str] = ()) -> str:
+    """One line: lm-eval's wall time per method (— for files scored before it was recorded); the methods scored
+    from one backbone pass named, the first of which carries the time of all."""
+    if not seconds:
+        return ""
+    parts = [f"{labels.get(m, m)} {'—' if s is None else f'{s / 60:.0f} min'}" for m, s in seconds.items()]
+    shared = ("" if len(one_pass) < 2 else f" {', '.join(labels.get(m, m) for m in one_pass)} were scored from one "
+              "backbone pass (`battery.one_pass`): the first of them carries the time of all")
+    return ("Scoring time (the battery stage's wall time per method, on the machine that ran it; — : scored before "
+            f"it was recorded): {', '.join(parts)}.{shared}" + ("." if shared else ""))
+
+
+def task_rows(rows: list[Row]) -> list[Row]:
+    """The per-task rows (without the average)."""
+    return [r for r in rows if r.task != AVERAGE]
+
+
+def worst(rows: list[Row]) -> Row:
+    return min(task_rows(rows), key=lambda r: r.delta.estimate)
+
+
+def describe_row(r: Row) -> str:
+    d = r.delta
+    return (f"{r.task} {LABELS[r.metric]} {r.method.estimate:.1f} vs {r.base.estimate:.1f}, Δ {d.estimate:+.1f} "
+            f"[{d.low:+.1f}, {d.high:+.1f}] ({r.verdict})")
+
+
+def any_below(rows: list[Row]) -> bool:
+    return any(r.verdict == BELOW for r in task_rows(rows))

@@ -1,0 +1,164 @@
+"""``python -m studies tasks prepare``: the local lm-eval tasks of mlpmem, written from shipped data only.
+
+Into ``out`` (default ``~/.cache/mlpmem/lm-eval-tasks``, or ``$MLPMEM_CACHE/lm-eval-tasks``):
+
+- nine BIG-bench multiple-choice tasks ``mlpmem_bb_<task>`` (:mod:`studies.tasks.catalog` says
+  which and why), each scored by ``acc`` (log-likelihood) and ``acc_mutual_info`` (domain-conditional
+  PMI), up to ``mc_limit`` items each; group ``mlpmem_bigbench``;
+- the truthfulness check (the paper's hallucination question; HaluEval itself is not shipped in any package):
+  BIG-bench's TruthfulQA multiple choice, ``mlpmem_bb_truthful_qa`` (one true answer among imitative
+  falsehoods, every single-label item), scored like the nine; group ``mlpmem_truthfulness``;
+- the QA suite's generation tasks, the very questions ``python -m studies qa report`` asks (its config's benchmarks,
+  seed, sizes, demonstrations and decoding length): ``mlpmem_synthetic`` (test questions of the trained
+  entities), ``mlpmem_synthetic_held_out`` (entities in no document), ``mlpmem_disfl_qa``, plus
+  ``mlpmem_qa_wikidata`` (``qa_wikidata`` cloze facts), each scored by SQuAD EM and F1; group ``mlpmem_qa``.
+  A benchmark's questions come from the suite's own ``data/`` folder when it exists (the data its memory
+  was trained with), else they are generated into ``out/qa-data/`` by the same functions;
+- ``utils.py`` (the generation tasks' scoring hooks) and ``manifest.json`` (sources, sizes, files).
+
+Then ``mlpmem lm-eval --include-path OUT --local-only --tasks mlpmem_bigbench,...`` scores any method on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlpmem.config import Config
+from mlpmem.errors import ConfigError
+from mlpmem.inference.prompts import DEMONSTRATIONS, QUESTION_TEMPLATE
+from mlpmem.utils.io import cache_root
+from studies.qa.bigbench import BIGBENCH_PIP_SPEC, qa_wikidata
+from studies.qa.config import QASuiteConfig
+from studies.qa.data import prepare_data, question_splits
+from studies.tasks import choice_tasks
+from studies.tasks.catalog import DEFAULT_NINE
+from studies.tasks.choice_tasks import MC_GROUP, TRUTH_GROUP
+from studies.tasks.writer import (
+    MANIFEST,
+    QA_DATA,
+    choice_spec,
+    generation_spec,
+    reset_folder,
+    write_group,
+    write_manifest,
+    write_task,
+)
+
+QA_GROUP = "mlpmem_qa"
+QA_PROMPT = QUESTION_TEMPLATE.format(question="{{question}}")
+UNTIL = ["Question:", "Context:"]
+"""lm-eval's stop strings: only those that end an answer wherever they appear (see ``scoring``)."""
+
+
+def tasks_root() -> Path:
+    """The default task folder: ``lm-eval-tasks`` in the mlpmem cache."""
+    return cache_root() / "lm-eval-tasks"
+
+
+@dataclass
+class TasksConfig(Config):
+    out: str = ""
+    """Task folder (empty: :func:`tasks_root`)."""
+    mc_tasks: list[str] = field(default_factory=lambda: list(DEFAULT_NINE))
+    """BIG-bench multiple-choice tasks (``task`` or ``task/subtask``)."""
+    mc_limit: int = 200
+    """Items per multiple-choice task (all of them if the task has fewer)."""
+    truthfulness: list[str] = field(default_factory=lambda: ["truthful_qa"])
+    """BIG-bench truthfulness tasks of ``mlpmem_truthfulness``, every item of each (empty: no such group)."""
+    qa_config: str | None = "studies/qa/configs/report.yaml"
+    """The QA suite whose questions become generation tasks (None: no QA tasks)."""
+    qa_wikidata: int = 300
+    """Cloze facts of ``mlpmem_qa_wikidata`` (0: no such task)."""
+    seed: int = 0
+    """Seed of the multiple-choice and cloze subsets."""
+
+    def validate(self) -> None:
+        if not self.mc_tasks and not self.qa_config and not self.truthfulness:
+            raise ConfigError("tasks prepare: nothing to write (no mc_tasks and no qa_config)")
+        if self.mc_limit < 1 or self.qa_wikidata < 0:
+            raise ConfigError("tasks prepare: mc_limit must be >= 1 and qa_wikidata >= 0")
+        if len(set(self.mc_tasks + self.truthfulness)) != len(self.mc_tasks) + len(self.truthfulness):
+            raise ConfigError(f"tasks prepare: a task is listed twice in mc_tasks {self.mc_tasks} and "
+                              f"truthfulness {self.truthfulness}")
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.out) if self.out else tasks_root()
+
+
+def write_choice_task(out: Path, task: str, items: list[dict], data: dict, **metadata) -> str:
+    """One BIG-bench multiple-choice task ``mlpmem_bb_<task>`` in ``out``; its lm-eval name."""
+    name = choice_tasks.task_name(task)
+    delimiter = choice_tasks.answer_delimiter(data)
+    write_task(out, name, choice_tasks.rows(items, data), choice_spec(delimiter),
+               {"source": f"{BIGBENCH_PIP_SPEC} {task}", "premise": delimiter.strip(), **metadata})
+    return name
+
+
+def _choice_tasks(out: Path, group: str, tasks: list[str], limit: int | None, seed: int) -> dict:
+    """The multiple-choice ``tasks`` (``limit`` items each; None: all) and their ``group``; ``{name: items}``."""
+    sizes = {}
+    for task in tasks:
+        items, data = choice_tasks.eval_items(task, limit, seed)
+        sizes[write_choice_task(out, task, items, data, seed=seed)] = len(items)
+    if sizes:
+        write_group(out, group, list(sizes), ["acc", "acc_mutual_info"])
+    return sizes
+
+
+def _qa_rows(questions: list[dict]) -> list[dict]:
+    return [{"id": q["id"], "question": q["question"], "answers": list(q["answers"])} for q in questions]
+
+
+def _benchmark_questions(suite: QASuiteConfig, name: str, out: Path) -> tuple[dict, str]:
+    """The benchmark's question splits and the folder they were read from."""
+    bench = suite.benchmarks[name]
+    data = Path(suite.out_dir) / name / "data"
+    if not (data / "meta.json").is_file():
+        data = prepare_data(name, bench, out / QA_DATA / name, suite.seed)
+    return question_splits(data, bench), str(data)
+
+
+def _qa_tasks(cfg: TasksConfig, out: Path) -> tuple[dict, dict]:
+    suite = QASuiteConfig.from_yaml(cfg.qa_config)
+    shots = [{"question": q, "answers": [a]} for q, a in DEMONSTRATIONS[: suite.shots]]
+    qa = generation_spec(QA_PROMPT, shots, UNTIL, suite.generation.max_new_tokens)
+    sizes, sources = {}, {}
+    for bench in suite.benchmarks:
+        splits, sources[bench] = _benchmark_questions(suite, bench, out)
+        for split, suffix in (("test", ""), ("held_out", "_held_out")):
+            if splits.get(split):
+                name = f"mlpmem_{bench}{suffix}"
+                write_task(out, name, _qa_rows(splits[split]), qa, {"source": sources[bench], "split": split},
+                           "process_qa")
+                sizes[name] = len(splits[split])
+    if cfg.qa_wikidata:
+        cloze = generation_spec("{{question}}", [], UNTIL, suite.generation.max_new_tokens)
+        facts = qa_wikidata(cfg.qa_wikidata, cfg.seed)
+        write_task(out, "mlpmem_qa_wikidata", _qa_rows(facts), cloze,
+                   {"source": f"{BIGBENCH_PIP_SPEC} qa_wikidata", "seed": cfg.seed}, "process_cloze")
+        sizes["mlpmem_qa_wikidata"] = len(facts)
+    if sizes:
+        write_group(out, QA_GROUP, list(sizes), ["em", "f1"])
+    return sizes, sources
+
+
+def prepared(cfg: TasksConfig) -> Path:
+    """``cfg``'s folder, written by :func:`prepare_tasks` unless a finished one (its manifest) is there already."""
+    if not (cfg.folder / MANIFEST).is_file():
+        prepare_tasks(cfg)
+    return cfg.folder
+
+
+def prepare_tasks(cfg: TasksConfig) -> dict:
+    """Write every task of ``cfg`` into its folder; the manifest (also written there) as a dict."""
+    out = reset_folder(cfg.folder)
+    mc = _choice_tasks(out, MC_GROUP, cfg.mc_tasks, cfg.mc_limit, cfg.seed)
+    truth = _choice_tasks(out, TRUTH_GROUP, cfg.truthfulness, None, cfg.seed)
+    qa, sources = _qa_tasks(cfg, out) if cfg.qa_config else ({}, {})
+    groups = {MC_GROUP: list(mc), TRUTH_GROUP: list(truth), QA_GROUP: list(qa)}
+    info = {"folder": str(out.resolve()), "groups": groups, "items": {**mc, **truth, **qa}, "config": cfg.to_dict(),
+            "qa_sources": sources}
+    write_manifest(out, info)
+    return info
