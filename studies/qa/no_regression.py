@@ -1,15 +1,15 @@
 """The no-regression battery: does a method's model keep the backbone's general capability?
 
 ``qa_wikidata`` cloze facts scored by greedy EM, and BIG-bench multiple-choice tasks scored by log-likelihood
-and by domain-conditional PMI (:mod:`studies.qa.choice`), on the models of one benchmark. Every task
+and by domain-conditional PMI (:mod:`mlpmem.evaluation.choice`), on the models of one benchmark. Every task
 keeps its per-item scores by item id (``per_item``: EM / F1 per fact, 1/0 correctness per multiple-choice item),
 so the report pairs each method with the backbone item by item.
 """
 
 from __future__ import annotations
 
+from mlpmem.evaluation.choice import score_multiple_choice
 from studies.qa.bigbench import multiple_choice, qa_wikidata
-from studies.qa.choice import score_multiple_choice
 from studies.qa.config import NoRegressionConfig
 from studies.qa.eval_qa import GenerationConfig, evaluate_questions
 from studies.qa.per_item import PER_ITEM, qa_per_item

@@ -6,13 +6,13 @@ from __future__ import annotations
 import random
 
 from mlpmem.baselines.methods import closed_book_prompts
+from mlpmem.evaluation.choice import continuation_logprobs
 from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.inference.prompts import qa_prompt
 from mlpmem.maintenance.config import load_maintenance_config
 from mlpmem.maintenance.explain import Explainer
 from mlpmem.maintenance.finetune import load_memory
 from mlpmem.pipeline.run import Run
-from studies.qa.choice import continuation_logprobs
 from studies.qa.eval_qa import GenerationConfig, evaluate_questions
 from studies.qa.synthetic import ATTRIBUTES
 from studies.update.groups import entity_of

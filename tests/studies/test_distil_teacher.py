@@ -56,7 +56,8 @@ def _saved_memories(store: KeyStore, folder, n: int) -> tuple[list, list[MLPMemo
     folders, memories = [], []
     for seed in range(n):
         torch.manual_seed(seed)
-        memory = MLPMemory(MemoryConfig(input_size=store.hidden_size, vocab_size=int(store.fingerprint["vocab_size"]), tie_head=False,
+        memory = MLPMemory(MemoryConfig(input_size=store.hidden_size, vocab_size=int(store.fingerprint["vocab_size"]),
+                                        tie_head=False,
                                         intermediate_size=16, num_layers=1)).eval()
         folders.append(memory.save_pretrained(folder / f"m{seed}"))
         memories.append(memory)

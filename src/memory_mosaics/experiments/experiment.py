@@ -27,9 +27,8 @@ from memory_mosaics.transformer import (
     flops_per_token,
 )
 from mlpmem.errors import MlpmemError
-from mlpmem.experiments.qa.choice import continuation_logprobs
+from mlpmem.evaluation.choice import continuation_logprobs
 from mlpmem.utils.shards import read_json, write_json
-from studies.qa.choice import continuation_logprobs
 
 KINDS = ("mosaics", "transformer")
 

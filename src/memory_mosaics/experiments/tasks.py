@@ -1,7 +1,7 @@
 """The paper's three questions at small scale, scored by log-likelihood of candidate continuations.
 
 Every item is a context and K candidate continuations; the prediction is the candidate with the highest
-sum of token log-probabilities (``studies.qa.choice.continuation_logprobs``), so tiny models that cannot
+sum of token log-probabilities (``mlpmem.evaluation.choice.continuation_logprobs``), so tiny models that cannot
 follow instructions are still measured. Chance is 1/K.
 
 1. Persistent knowledge: held-out perplexity (the test split, windows of the training length) and the

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from studies.qa.choice import (
+from mlpmem.evaluation.choice import (
     DOMAIN_PREMISE,
     continuation_logprobs,
     score_multiple_choice,
