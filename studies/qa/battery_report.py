@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mlpmem.evaluation.choice_shift import Shift, length_shift, shift_table
 from mlpmem.evaluation.compare import AVERAGE, LABELS, Row, compare, load_results, plot_deltas, table
 from mlpmem.evaluation.stats import BELOW, BootstrapConfig
+from studies.qa.choice_shift import Shift, length_shift, shift_table
 
 FIGURE = "battery-delta.png"
 
@@ -71,7 +71,7 @@ def shift_section(shifts: dict[str, dict[str, Shift]], labels: dict[str, str]) -
     return "\n".join([
         "Items whose log-likelihood choice (acc) differs from the backbone's, and whether the method's choice is "
         "shorter or longer in characters: a mixture lowers every token the memory gives no mass by log(1 − λ), so "
-        "by acc it favours short choices; PMI divides that out (`mlpmem.evaluation.choice_shift`).", "",
+        "by acc it favours short choices; PMI divides that out (`studies.qa.choice_shift`).", "",
         shift_table({labels.get(m, m): s for m, s in shifts.items()}, "backbone")])
 
 

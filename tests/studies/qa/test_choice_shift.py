@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mlpmem.evaluation.choice_shift import Shift, choice, length_shift, shift_table
+from studies.qa.choice_shift import Shift, choice, length_shift, shift_table
 
 CHOICES = ["a long choice", "short", "mid one"]
 
