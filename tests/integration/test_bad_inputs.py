@@ -227,7 +227,7 @@ def test_damaged_or_pickled_checkpoint(tmp_path):
 
     weights.write_bytes(pickle.dumps({"w": [1, 2, 3]}))  # never unpickled: rejected as unreadable
     state = json.loads((tmp_path / "checkpoint" / "trainer_state.json").read_text())
-    state.pop("files")
+    state["files"]["memory/model.safetensors"] = sha256_file(weights)  # its checksum passes: the loader refuses it
     (tmp_path / "checkpoint" / "trainer_state.json").write_text(json.dumps(state))
     with pytest.raises(CorruptArtifact) as exc:
         train_memory(memory(), data, val, cfg, tmp_path, progress=False)

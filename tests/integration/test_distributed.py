@@ -186,7 +186,7 @@ def test_fsdp_two_processes_equal_one_process(reference, tiny_backbone_dir, tmp_
     memory = MLPMemory.from_pretrained(two / "train" / "checkpoint" / "memory")
     optimizer = adamw(memory, TrainConfig(**worker.TRAIN))
     state = load_checkpoint(two / "train" / "checkpoint", memory, optimizer)
-    assert state["step"] == a["step"] and len(optimizer.state) == len(list(memory.parameters()))
+    assert state.step == a["step"] and len(optimizer.state) == len(list(memory.parameters()))
 
 
 def test_checkpoints_resume_across_sharding_and_processes(reference, tiny_backbone_dir, tmp_path, monkeypatch):

@@ -34,13 +34,15 @@ from mlpmem.datastore import build_keystore
 from mlpmem.errors import ConfigError
 from mlpmem.experiments.ensemble import DISTIL_VARIANTS, ensemble_row, member_folders, seed_spread, train_distilled
 from mlpmem.experiments.variant_runs import config_record, slug, variant_run, with_overrides
+from mlpmem.freshness import is_current
 from mlpmem.pipeline.corpus import split_tokens
 from mlpmem.pipeline.run import Run
 from mlpmem.pipeline.teacher import stage_teacher, teacher_config
 from mlpmem.pipeline.train import eval_data, stage_train
 from mlpmem.reporting.plots import pyplot
 from mlpmem.reporting.tables import markdown_table
-from mlpmem.training.config import trained_with
+from mlpmem.training.checkpoint import read_state
+from mlpmem.training.config import recipe
 from mlpmem.training.selection import kept_evaluation
 from mlpmem.utils.runtime import set_threads
 from mlpmem.utils.shards import write_json
@@ -140,7 +142,7 @@ def trained_as(run, cfg) -> bool:
     finished = run.layout.train / "train_state.json"
     if not finished.is_file() or not run.layout.memory.is_dir():
         return False
-    return trained_with(json.loads(finished.read_text()), dataclasses.asdict(cfg.train), cfg.memory.to_dict())
+    return is_current(read_state(finished, "finished training").built_from, recipe(cfg.train, cfg.memory.to_dict()))
 
 
 def _row(name: str, overrides: dict, state: dict) -> dict:
