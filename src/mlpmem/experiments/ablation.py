@@ -36,6 +36,7 @@ from mlpmem.experiments.ensemble import DISTIL_VARIANTS, ensemble_row, member_fo
 from mlpmem.experiments.variant_runs import config_record, slug, variant_run, with_overrides
 from mlpmem.freshness import is_current
 from mlpmem.pipeline.corpus import split_tokens
+from mlpmem.pipeline.datastore import keystore_config
 from mlpmem.pipeline.run import Run
 from mlpmem.pipeline.teacher import stage_teacher, teacher_config
 from mlpmem.pipeline.train import eval_data, stage_train
@@ -195,11 +196,9 @@ def build_variant_keystores(variant) -> None:
     cfg, (model, tokenizer) = variant.cfg, variant.backbone
     for split, with_lm in (("train", False), ("validation", True)):
         folder = variant.layout.keystore(split)
-        build_keystore(model, tokenizer, split_tokens(variant, split), folder,
-                       layer=cfg.backbone.layer, site=cfg.backbone.site, block_size=cfg.corpus.block_size,
-                       stride=cfg.corpus.stride, batch_size=cfg.datastore.batch_size,
-                       batches_per_shard=cfg.datastore.batches_per_shard, with_lm=with_lm, pack=cfg.datastore.pack,
-                       progress=variant.progress, desc=f"keys {split} ({folder.relative_to(variant.dir)})")
+        config = dataclasses.replace(keystore_config(cfg, with_lm), precision="fp32")
+        build_keystore(config, model, tokenizer, split_tokens(variant, split), folder, progress=variant.progress,
+                       desc=f"keys {split} ({folder.relative_to(variant.dir)})")
 
 
 def study_table(study: str, rows: list[dict]) -> str:

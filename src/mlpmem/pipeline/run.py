@@ -94,7 +94,7 @@ class Run:
         self._backbone = None
         self.key_donor: Run | None = None
         """Another run whose keystores this one's may share shards with (same backbone and key settings; see
-        :mod:`mlpmem.datastore_reuse`): ``mlpmem scale-data`` sets it to the largest size's run."""
+        :func:`mlpmem.pipeline.reuse.take_key_shards`): ``mlpmem scale-data`` sets it to the largest size's run."""
 
     @property
     def backbone(self):
