@@ -2,11 +2,13 @@
 
 Every artifact records what it was built from as one flat JSON object of *settings*: dotted keys to JSON
 values (``train.lr``, ``datastore.pack``, ``layer``), the checksums of the inputs it read among them
-(``memory.sha256``). A keystore or teacher manifest holds them as its top-level keys, a run folder's stage
-record (:mod:`mlpmem.pipeline.records`) as ``inputs``, a training state (:mod:`mlpmem.training.state`) as
-``built_from``. :func:`staleness` compares the recorded settings with those wanted now, over every key of
-either: a changed value, or a key the artifact does not record, makes it stale, and :func:`check` refuses it
-with one line that names the first difference and says how to bring it up to date.
+(``memory.sha256``). A run folder's stage record (:mod:`mlpmem.pipeline.records`) and a trainer state
+(:class:`mlpmem.training.checkpoint.TrainState`) hold them as ``built_from``; a sharded build's manifest (keystore,
+teacher) as its top-level keys beside its progress (:func:`mlpmem.utils.shards.check_manifest`); the kNN-LM
+neighbour lists, a cache searched again when stale, as ``inputs``. :func:`staleness` compares the recorded
+settings with those wanted now, over every key of either: a changed value, or a key the artifact does not record,
+makes it stale, and :func:`check` refuses it with one line that names the first difference and says how to bring
+it up to date.
 """
 
 from __future__ import annotations

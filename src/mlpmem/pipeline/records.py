@@ -1,6 +1,6 @@
 """What every stage of a run folder was built from: ``stages/<stage>.json``, checked before the stage is reused.
 
-A record holds the stage's *inputs* as :mod:`mlpmem.freshness` settings: every configuration value its
+A record holds the stage's *inputs* as :mod:`mlpmem.freshness` settings (``built_from``): every configuration value its
 artifacts depend on (its own section and those of the stages upstream, as dotted keys such as ``train.lr``; the
 teacher's temperature as the one it used, possibly chosen by the kNN-LM sweep), plus, for the evaluation, the
 checksum of the memory it scored. Before a stage runs, the records of the stages it reads and its own are
@@ -35,7 +35,7 @@ from mlpmem.pipeline.teacher import teacher_config
 from mlpmem.utils.checksums import check_finite, record_folder, recorded, verify_folder
 from mlpmem.utils.shards import read_json, write_json
 
-FORMAT = "mlpmem.stage/1"
+FORMAT = "mlpmem.stage/2"
 MEMORY_FILES = ("config.json", "model.safetensors")
 
 OWN = {"datastore": ("seed", "backbone", "corpus", "datastore"), "knnlm": ("knnlm",),
@@ -87,15 +87,15 @@ def read_record_at(path: Path, stage: str) -> dict | None:
     if not path.is_file():
         return None
     record = read_json(path, f"record of the {stage} stage")
-    if record.get("format") != FORMAT or not isinstance(record.get("inputs"), dict):
-        raise CorruptArtifact(f"{path} is not a stage record: delete it, the stage is checked by its manifests")
+    if record.get("format") != FORMAT or not isinstance(record.get("built_from"), dict):
+        raise CorruptArtifact(f"{path} is not a {FORMAT} stage record: rebuild the stage (--rebuild)")
     return record
 
 
 def is_current(run: Run, stage: str) -> bool:
     """Whether ``stage`` has a record and it matches what the configuration gives now."""
     record = read_record(run, stage)
-    return record is not None and freshness.is_current(record["inputs"], inputs(run, stage))
+    return record is not None and freshness.is_current(record["built_from"], inputs(run, stage))
 
 
 def hint(run: Run, stage: str) -> str:
@@ -118,7 +118,7 @@ def check(run: Run, stage: str) -> None:
         return
     built = "trained" if stage == "train" else "computed" if stage in ("knnlm", "eval") else "built"
     was = "were" if stage == "knnlm" else "was"
-    freshness.check(record["inputs"], inputs(run, stage), f"{WHAT[stage]} in {run.dir}", hint(run, stage),
+    freshness.check(record["built_from"], inputs(run, stage), f"{WHAT[stage]} in {run.dir}", hint(run, stage),
                     built=f"{was} {built}")
 
 
@@ -151,7 +151,7 @@ def record(run: Run, stage: str) -> dict:
         return {}
     if stage == "train":
         record_memory(run.layout.memory)
-    entry = {"format": FORMAT, "stage": stage, "inputs": inputs(run, stage)}
+    entry = {"format": FORMAT, "stage": stage, "built_from": inputs(run, stage)}
     run.layout.record(stage).parent.mkdir(exist_ok=True)
     write_json(run.layout.record(stage), entry)
     return entry
@@ -196,4 +196,4 @@ def results_match_memory(run: Run) -> bool:
     """Whether ``results.json`` was computed for the memory now in the run (by the memory's checksum recorded in
     the evaluation's record)."""
     record = read_record(run, "eval")
-    return record is not None and record["inputs"].get("memory.sha256") == memory_sha256(run.layout.memory)
+    return record is not None and record["built_from"].get("memory.sha256") == memory_sha256(run.layout.memory)

@@ -65,7 +65,7 @@ def reuse_stages(run: Run, source_dir: str | Path) -> list[str]:
     for stage in STAGES:
         record = records.read_record_at(source.record(stage), stage)
         # the teacher's inputs read the temperature of the kNN-LM results taken just before it
-        if record is None or not freshness.is_current(record["inputs"], records.inputs(run, stage)):
+        if record is None or not freshness.is_current(record["built_from"], records.inputs(run, stage)):
             break
         _take(run, source, stage, record)
         taken.append(stage)
