@@ -45,6 +45,7 @@ class TrainState:
     evals_since_best: int = 0
     stopped: bool = False
     """Set once ``train.patience`` evaluations in a row did not improve."""
+    # set when the training ends (``train_state.json``): its speed, its processes, how it ended
     tokens_per_s: float | None = None
     processes: int | None = None
     stopped_early: bool = False
@@ -56,9 +57,8 @@ class TrainState:
 
     @classmethod
     def from_dict(cls, data: dict, what: str) -> TrainState:
-        """The state saved as ``data``; another format is refused in one line."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        if data.get("format") != FORMAT or not set(data) <= names or "built_from" not in data:
+        """The state saved as ``data``, every field of it; another format is refused in one line."""
+        if data.get("format") != FORMAT or set(data) != {f.name for f in dataclasses.fields(cls)}:
             raise CorruptArtifact(f"{what} is not a {FORMAT} trainer state: train it again in a new folder "
                                   "(or --rebuild)")
         return cls(**data)
