@@ -45,9 +45,10 @@ class TrainState:
     evals_since_best: int = 0
     stopped: bool = False
     """Set once ``train.patience`` evaluations in a row did not improve."""
-    # set when the training ends (``train_state.json``): its speed, its processes, how it ended
+    # set when the training ends (``train_state.json``): its speed, its processes and sharding, how it ended
     tokens_per_s: float | None = None
     processes: int | None = None
+    sharding: str | None = None
     stopped_early: bool = False
     restored_best: bool = False
     format: str = FORMAT

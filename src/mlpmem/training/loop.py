@@ -189,7 +189,7 @@ def _finish(loop: _Loop, memory: MLPMemory, cfg: TrainConfig, out_dir: Path, sta
     seconds = state.train_seconds if step == state.step else time.perf_counter() - t_start
     state.step, state.train_seconds = step, seconds
     state.tokens_per_s = step * cfg.batch_size / max(seconds, 1e-9)
-    state.processes = loop.accelerator.num_processes
+    state.processes, state.sharding = loop.accelerator.num_processes, cfg.sharding
     state.stopped_early, state.restored_best = state.stopped and step < total, restored
     if loop.accelerator.is_main_process:
         write_json(out_dir / "train_state.json", state.as_dict())
