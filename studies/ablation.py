@@ -33,15 +33,18 @@ import yaml
 from mlpmem.backbone import resolve_layer
 from mlpmem.datastore import build_keystore
 from mlpmem.errors import ConfigError
+from mlpmem.freshness import is_current
 from mlpmem.pipeline import records, require
 from mlpmem.pipeline.config import PipelineConfig
 from mlpmem.pipeline.corpus import split_tokens
+from mlpmem.pipeline.datastore import keystore_config
 from mlpmem.pipeline.run import Run
 from mlpmem.pipeline.teacher import stage_teacher, teacher_config
 from mlpmem.pipeline.train import eval_data, stage_train
 from mlpmem.reporting.plots import pyplot
 from mlpmem.reporting.tables import markdown_table
-from mlpmem.training.config import trained_with
+from mlpmem.training.checkpoint import read_state
+from mlpmem.training.config import recipe
 from mlpmem.training.selection import kept_evaluation
 from mlpmem.utils.runtime import set_threads
 from mlpmem.utils.shards import write_json
@@ -143,7 +146,7 @@ def trained_as(run, cfg) -> bool:
     finished = run.layout.train / "train_state.json"
     if not finished.is_file() or not run.layout.memory.is_dir():
         return False
-    return trained_with(json.loads(finished.read_text()), dataclasses.asdict(cfg.train), cfg.memory.to_dict())
+    return is_current(read_state(finished, "finished training").built_from, recipe(cfg.train, cfg.memory.to_dict()))
 
 
 def _row(name: str, overrides: dict, state: dict) -> dict:
@@ -196,11 +199,9 @@ def build_variant_keystores(variant) -> None:
     cfg, (model, tokenizer) = variant.cfg, variant.backbone
     for split, with_lm in (("train", False), ("validation", True)):
         folder = variant.layout.keystore(split)
-        build_keystore(model, tokenizer, split_tokens(variant, split), folder,
-                       layer=cfg.backbone.layer, site=cfg.backbone.site, block_size=cfg.corpus.block_size,
-                       stride=cfg.corpus.stride, batch_size=cfg.datastore.batch_size,
-                       batches_per_shard=cfg.datastore.batches_per_shard, with_lm=with_lm, pack=cfg.datastore.pack,
-                       progress=variant.progress, desc=f"keys {split} ({folder.relative_to(variant.dir)})")
+        config = dataclasses.replace(keystore_config(cfg, with_lm), precision="fp32")
+        build_keystore(config, model, tokenizer, split_tokens(variant, split), folder, progress=variant.progress,
+                       desc=f"keys {split} ({folder.relative_to(variant.dir)})")
 
 
 def study_table(study: str, rows: list[dict]) -> str:

@@ -5,9 +5,9 @@ config with the training split capped at that many tokens (whole documents in or
 each size holds the smaller ones: a nested series), into ``<out>/runs/train-<tokens>/``; validation and test
 are the config's, the same for every size. The largest size runs first; each smaller one takes the keys it
 shares with it (every shard of windows before its cut, the validation and test keystores whole) from its
-keystores instead of encoding them again (:mod:`mlpmem.datastore_reuse`). Every run resumes, so the series may
-span sessions. The report (``<out>/report.md``, ``results.json``, ``data_scaling.png``) sets memory + backbone
-and kNN-LM (on the same datastore) against the training tokens, both as ratios to the backbone.
+keystores instead of encoding them again (:func:`mlpmem.pipeline.reuse.take_key_shards`). Every run resumes, so
+the series may span sessions. The report (``<out>/report.md``, ``results.json``, ``data_scaling.png``) sets
+memory + backbone and kNN-LM (on the same datastore) against the training tokens, both as ratios to the backbone.
 """
 
 from __future__ import annotations

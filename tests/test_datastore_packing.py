@@ -17,6 +17,7 @@ from mlpmem.backbone import extract_keys
 from mlpmem.corpora.documents import Window, make_windows
 from mlpmem.datastore import (
     KeyStore,
+    KeystoreConfig,
     _scored_states,
     build_keystore,
     encode_windows,
@@ -25,8 +26,7 @@ from mlpmem.datastore import (
 from mlpmem.errors import CorruptArtifact
 
 BLOCK, STRIDE = 24, 12
-KW = dict(layer=-1, site="ffn_input", block_size=BLOCK, stride=STRIDE, batch_size=2, batches_per_shard=2,
-          progress=False)
+KW = dict(layer=-1, site="ffn_input", block_size=BLOCK, stride=STRIDE, batch_size=2, batches_per_shard=2)
 LENGTHS = (6, 9, 60, 4, 13, 7, 30, 5, 11, 3, 8, 40, 6)
 """Short documents (several fit one row) mixed with long ones (sliding windows, a short tail window)."""
 
@@ -99,8 +99,10 @@ def test_keystore_rows_order_and_count_equal_unpacked(tiny_llama, tiny_tokenizer
         return real(*args, **kw)
 
     monkeypatch.setattr(ds, "encode_windows", counting)
-    unpacked = build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "one", with_lm=True, **KW)
-    packed = build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "packed", with_lm=True, pack=True, **KW)
+    unpacked = build_keystore(KeystoreConfig(with_lm=True, **KW), tiny_llama, tiny_tokenizer, docs, tmp_path / "one",
+                              progress=False)
+    packed = build_keystore(KeystoreConfig(with_lm=True, pack=True, **KW), tiny_llama, tiny_tokenizer, docs,
+                            tmp_path / "packed", progress=False)
     assert unpacked["pack"] is False and packed["pack"] is True and packed["pack_fallback"] is None
     assert forwards[True] < forwards[False]  # packing really ran fewer, fuller forwards
     for key in ("rows", "num_windows", "num_targets"):
@@ -118,46 +120,32 @@ def test_keystore_rows_order_and_count_equal_unpacked(tiny_llama, tiny_tokenizer
 
 def test_packed_store_is_not_reused_the_other_way(tiny_llama, tiny_tokenizer, tmp_path):
     docs = mixed_docs(len(tiny_tokenizer))
-    build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", pack=True, **KW)
-    with pytest.raises(CorruptArtifact, match="pack=True, not False"):
-        build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", pack=False, **KW)
-    build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "one", pack=False, **KW)
-    with pytest.raises(CorruptArtifact, match="pack=False, not True"):
-        build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "one", pack=True, **KW)
+    build_keystore(KeystoreConfig(pack=True, **KW), tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", progress=False)
+    with pytest.raises(CorruptArtifact, match="pack=True, but the configuration now gives pack=False"):
+        build_keystore(KeystoreConfig(pack=False, **KW), tiny_llama, tiny_tokenizer, docs, tmp_path / "ds",
+                       progress=False)
+    build_keystore(KeystoreConfig(pack=False, **KW), tiny_llama, tiny_tokenizer, docs, tmp_path / "one", progress=False)
+    with pytest.raises(CorruptArtifact, match="pack=False, but the configuration now gives pack=True"):
+        build_keystore(KeystoreConfig(pack=True, **KW), tiny_llama, tiny_tokenizer, docs, tmp_path / "one",
+                       progress=False)
 
 
-def test_store_from_before_packing_was_recorded(tiny_llama, tiny_tokenizer, tmp_path, monkeypatch):
-    """Such a store was built one window per row: reused as such (with a warning when packing is asked for),
-    but an interrupted one is never resumed packed."""
-    import mlpmem.datastore as ds
-
+def test_store_that_records_no_pack_is_refused_until_rebuilt(tiny_llama, tiny_tokenizer, tmp_path):
+    """A manifest that lacks a setting (written before it was recorded) is reused neither way: one line that says to
+    rebuild it, and ``--rebuild`` does."""
     docs = mixed_docs(len(tiny_tokenizer))
-    build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", **KW)
+    build_keystore(KeystoreConfig(**KW), tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", progress=False)
     path = tmp_path / "ds" / "manifest.json"
     manifest = json.loads(path.read_text())
     del manifest["pack"]
     path.write_text(json.dumps(manifest))
-    before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "ds").iterdir()}
-    assert build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", **KW)["complete"]
-    with pytest.warns(UserWarning, match="predates datastore.pack"):
-        assert "pack" not in build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", pack=True, **KW)
-    assert before == {p.name: p.stat().st_mtime_ns for p in (tmp_path / "ds").iterdir()}  # nothing rewritten
-
-    def killed(*args):
-        raise KeyboardInterrupt
-
-    real = ds._write_shard
-    monkeypatch.setattr(ds, "_write_shard", killed)
-    with pytest.raises(KeyboardInterrupt):
-        build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "part", **KW)
-    monkeypatch.setattr(ds, "_write_shard", real)
-    path = tmp_path / "part" / "manifest.json"
-    manifest = json.loads(path.read_text())
-    del manifest["pack"]
-    path.write_text(json.dumps(manifest))
-    with pytest.raises(CorruptArtifact, match="before packing was recorded"):
-        build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "part", pack=True, **KW)
-    assert build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "part", pack=True, rebuild=True, **KW)["pack"]
+    for pack in (False, True):
+        with pytest.raises(CorruptArtifact, match=r"records no pack: rebuild it \(--rebuild\)") as exc:
+            build_keystore(KeystoreConfig(pack=pack, **KW), tiny_llama, tiny_tokenizer, docs, tmp_path / "ds",
+                           progress=False)
+        assert "\n" not in str(exc.value)
+    assert build_keystore(KeystoreConfig(pack=True, **KW), tiny_llama, tiny_tokenizer, docs, tmp_path / "ds",
+                          rebuild=True, progress=False)["pack"]
 
 
 def test_backbone_without_position_ids_falls_back_to_one_window_per_row(tmp_path):
@@ -167,8 +155,9 @@ def test_backbone_without_position_ids_falls_back_to_one_window_per_row(tmp_path
                                              long_gap_min=2, long_gap_max=4, long_gap_eval=2, scan_chunk=4)).eval()
     docs = mixed_docs(40)
     with pytest.warns(UserWarning, match="one window per row.*position_ids"):
-        packed = build_keystore(model, TinyTokenizer(40), docs, tmp_path / "p", pack=True, **KW)
-    build_keystore(model, TinyTokenizer(40), docs, tmp_path / "u", **KW)
+        packed = build_keystore(KeystoreConfig(pack=True, **KW), model, TinyTokenizer(40), docs, tmp_path / "p",
+                                progress=False)
+    build_keystore(KeystoreConfig(**KW), model, TinyTokenizer(40), docs, tmp_path / "u", progress=False)
     assert packed["pack"] is False and "position_ids" in packed["pack_fallback"]
     np.testing.assert_array_equal(KeyStore(tmp_path / "p").array("keys"), KeyStore(tmp_path / "u").array("keys"))
 

@@ -5,7 +5,7 @@ import torch
 from helpers.corpus import corpus_text
 from helpers.faults import killed_after_first_shard
 from mlpmem.corpora.documents import Document, tokenize_documents
-from mlpmem.datastore import KeyStore, build_keystore
+from mlpmem.datastore import KeyStore, KeystoreConfig, build_keystore
 from mlpmem.errors import ConfigError, FingerprintMismatch
 from mlpmem.index import LIST_BATCH, ExactIndex, FaissIndex, IndexConfig, build_index, open_or_build
 from mlpmem.teacher import (
@@ -18,7 +18,7 @@ from mlpmem.teacher import (
     shard_groups,
 )
 
-KW = dict(layer=-1, site="ffn_input", block_size=24, stride=12, batch_size=2, batches_per_shard=2, progress=False)
+KW = dict(layer=-1, site="ffn_input", block_size=24, stride=12, batch_size=2, batches_per_shard=2)
 
 
 @pytest.fixture()
@@ -26,7 +26,7 @@ def store_dir(tiny_llama, tiny_tokenizer, tmp_path):
     # duplicated documents: identical contexts give identical keys (distance-0 ties with the query itself)
     texts = corpus_text(4) * 2
     docs = tokenize_documents([Document(str(i), t) for i, t in enumerate(texts)], tiny_tokenizer)
-    build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", **KW)
+    build_keystore(KeystoreConfig(**KW), tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", progress=False)
     return tmp_path / "ds"
 
 

@@ -11,7 +11,11 @@ With ``pack`` (:mod:`mlpmem.corpora.packing`), windows shorter than ``block_size
 attending only to itself with its own positions: the rows, their order and their count are those of one window
 per row, and the keys equal within floating-point rounding (a different matrix shape sums in another order),
 while a corpus of short documents runs full rows. The manifest records whether a store was packed, and a store
-is never resumed or reused the other way (one from before the record counts as one window per row).
+is never resumed or reused the other way.
+
+What a keystore is built from is a :class:`KeystoreConfig` (the pipeline makes it from its ``backbone:``,
+``corpus:`` and ``datastore:`` sections, :func:`mlpmem.pipeline.datastore.keystore_config`); the manifest records
+it, with the backbone's fingerprint and the corpus checksum, as :mod:`mlpmem.freshness` settings.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -37,6 +42,7 @@ from mlpmem.backbone import (
     resolve_layer,
 )
 from mlpmem.compute import autocast, check_precision, inference_scope, model_device, resolve_precision
+from mlpmem.config import Config
 from mlpmem.corpora.documents import (
     Window,
     Windows,
@@ -46,7 +52,6 @@ from mlpmem.corpora.documents import (
     release_pages,
 )
 from mlpmem.corpora.packing import Layout, batch_bounds, pack_layout, packed_rows, scored_index, window_lengths
-from mlpmem.datastore_reuse import KeyDonor, donor_shards, link_shard
 from mlpmem.errors import ConfigError, CorruptArtifact, MlpmemError
 from mlpmem.utils.distributed import (
     Dist,
@@ -61,6 +66,37 @@ from mlpmem.utils.distributed import (
 from mlpmem.utils.shards import MANIFEST, ShardedRows, load_array, read_json, save_array
 
 FORMAT = "mlpmem.keystore/1"
+
+
+@dataclass
+class KeystoreConfig(Config):
+    """Everything the bytes of a keystore depend on, besides the backbone and the corpus."""
+
+    layer: int | float = -1
+    """Key layer: an index (negative from the end) or a depth fraction in (0, 1]."""
+    site: Literal["ffn_input", "residual"] = "ffn_input"
+    block_size: int = 512
+    """Tokens per window."""
+    stride: int = 256
+    """Tokens between window starts; each window scores the targets the previous one did not."""
+    batch_size: int = 4
+    """Rows per forward: windows, or with ``pack`` rows of ``block_size`` tokens."""
+    batches_per_shard: int = 16
+    with_lm: bool = False
+    """Also store the backbone's log-probability of each target (the evaluation splits)."""
+    precision: str = "fp32"
+    """The decoder's precision (``auto`` is resolved on the model's device before it is recorded)."""
+    pack: bool = False
+    """Pack windows shorter than ``block_size`` into shared rows (:mod:`mlpmem.corpora.packing`)."""
+
+    def validate(self) -> None:
+        check_precision(self.precision)
+        if self.batch_size < 1 or self.batches_per_shard < 1:
+            raise ConfigError("datastore batch_size and batches_per_shard must be >= 1")
+        if not 0 < self.stride <= self.block_size:
+            raise ConfigError(f"corpus.stride must be in (0, block_size={self.block_size}], got {self.stride}")
+        if isinstance(self.layer, float) and not 0 < self.layer <= 1:
+            raise ConfigError(f"backbone.layer as a fraction must be in (0, 1], got {self.layer}")
 
 
 @dataclass
@@ -167,28 +203,31 @@ def packing_check(model, layer: int, site: str) -> str | None:
     return None
 
 
-def _settings(model, tokenizer, token_docs, layer, site, block_size, stride, batch_size, batches_per_shard, with_lm,
-              precision, pack):
+def keystore_settings(config: KeystoreConfig, model, tokenizer,
+                      token_docs: Sequence[np.ndarray]) -> tuple[dict, str | None]:
+    """What a keystore built now from ``config`` records (and a resumed or reused one must have recorded): the
+    config as it runs on ``model`` (layer index, precision, whether it packs), the backbone, the corpus; and why
+    it does not pack although ``config.pack`` asks it to (None when it packs or was not asked to)."""
+    pack_into, fallback = _pack_into(model, config) if config.pack else (None, None)
     return {
         "format": FORMAT,
         "backbone": fingerprint(model, tokenizer),
-        "layer": resolve_layer(model, layer),
-        "site": site,
-        "block_size": block_size,
-        "stride": stride,
-        "batch_size": batch_size,
-        "batches_per_shard": batches_per_shard,
-        "with_lm": with_lm,
-        "precision": check_precision(precision),
-        "pack": pack,
+        "layer": resolve_layer(model, config.layer),
+        "site": config.site,
+        "block_size": config.block_size,
+        "stride": config.stride,
+        "batch_size": config.batch_size,
+        "batches_per_shard": config.batches_per_shard,
+        "with_lm": config.with_lm,
+        "precision": resolve_precision(config.precision, model_device(model)),  # the manifest names what ran
+        "pack": pack_into is not None,
         "corpus_sha": corpus_hash(token_docs),
-    }
+    }, fallback
 
 
-def build_keystore(model, tokenizer, token_docs: Sequence[np.ndarray], out_dir: str | Path, *, layer, site="ffn_input",
-                   block_size=512, stride=256, batch_size=4, batches_per_shard=16, with_lm=False,
-                   precision="fp32", pack=False, rebuild=False, progress=True, desc="keys",
-                   dist: Dist | None = None, donor: KeyDonor | None = None) -> dict:
+def build_keystore(config: KeystoreConfig, model, tokenizer, token_docs: Sequence[np.ndarray], out_dir: str | Path,
+                   *, rebuild: bool = False, progress: bool = True, desc: str = "keys", dist: Dist | None = None
+                   ) -> dict:
     """Encode every scored target of ``token_docs`` into a keystore at ``out_dir``; resumable, idempotent.
 
     Shard s always holds windows ``[s * P, (s + 1) * P)`` with ``P = batch_size * batches_per_shard``, so
@@ -196,21 +235,19 @@ def build_keystore(model, tokenizer, token_docs: Sequence[np.ndarray], out_dir: 
     encodes a contiguous slice of the pending shards and process 0 merges the records in corpus order.
     With ``pack`` a batch is up to ``batch_size`` rows of ``block_size`` tokens that share out, first-fit, as many
     consecutive windows of the shard as fit (a backbone that cannot run packed rows falls back to one window per
-    row, with a warning); the manifest records which way the store was built. A ``donor`` keystore's shards
-    whose inputs are this build's are linked instead of encoded (:mod:`mlpmem.datastore_reuse`).
+    row, with a warning); the manifest records which way the store was built. Shards already in ``out_dir`` with
+    their records (a killed build's, or another store's linked in by :func:`mlpmem.pipeline.reuse.take_key_shards`)
+    are kept.
     """
     dist = dist or current()
     out_dir = Path(out_dir)
-    _check_context(model, block_size)
-    precision = resolve_precision(precision, model_device(model))  # the manifest names what ran
-    pack_into, fallback = _pack_into(model, resolve_layer(model, layer), site, block_size) if pack else (None, None)
-    settings = _settings(model, tokenizer, token_docs, layer, site, block_size, stride, batch_size,
-                         batches_per_shard, with_lm, precision, pack_into is not None)
-    _accept_unrecorded_pack(out_dir, settings, rebuild)
-    windows = make_windows(document_lengths(token_docs), block_size, stride)
+    _check_context(model, config.block_size)
+    settings, fallback = keystore_settings(config, model, tokenizer, token_docs)
+    pack_into = config.block_size if settings["pack"] else None
+    windows = make_windows(document_lengths(token_docs), config.block_size, config.stride)
     if not windows:
         raise MlpmemError("the corpus has no token to score (every document is shorter than 2 tokens)")
-    per_shard = batch_size * batches_per_shard
+    per_shard = config.batch_size * config.batches_per_shard
     num_shards = -(-len(windows) // per_shard)
     fresh = dict(num_windows=len(windows), num_targets=windows.num_scored, rows=0, shards=[],
                  complete=False, pack_fallback=fallback)
@@ -220,22 +257,16 @@ def build_keystore(model, tokenizer, token_docs: Sequence[np.ndarray], out_dir: 
     done = done_indices(out_dir, manifest, f"keystore {out_dir}")
     dist.barrier()  # every process has seen the same finished shards before any writes a new one
     mine = my_slice([s for s in range(num_shards) if s not in done], dist)
-    reusable = donor_shards(donor, settings, windows, token_docs, per_shard) if donor is not None else {}
     scored = sum(windows[s * per_shard : (s + 1) * per_shard].num_scored for s in mine)
     bar = tqdm(total=scored, desc=desc if dist.world == 1 else f"{desc} [rank {dist.rank}]", unit="tok",
                disable=not progress, dynamic_ncols=True)
-    with inference_scope(model, precision):  # each weight cast to bf16 once for the whole stage
+    with inference_scope(model, settings["precision"]):  # each weight cast to bf16 once for the whole stage
         for s in mine:
-            if s in reusable:
-                manifest = _record_shard(out_dir, manifest, link_shard(donor, out_dir, reusable[s]), num_shards,
-                                         dist)
-                bar.update(reusable[s]["rows"])
-                continue
             shard_windows = windows[s * per_shard : (s + 1) * per_shard]
             parts = []
-            for batch in window_batches(shard_windows, batch_size, pack_into):
-                parts.append(encode_windows(model, token_docs, batch, settings["layer"], site, with_lm, precision,
-                                            pack_into))
+            for batch in window_batches(shard_windows, config.batch_size, pack_into):
+                parts.append(encode_windows(model, token_docs, batch, settings["layer"], config.site, config.with_lm,
+                                            settings["precision"], pack_into))
                 bar.update(len(parts[-1].values))
             manifest = _write_shard(out_dir, manifest, parts, len(shard_windows), s, num_shards, dist)
             release_pages(token_docs)
@@ -249,30 +280,13 @@ def window_batches(windows: Windows, batch_size: int, pack_into: int | None) -> 
     return [windows[b] for b in batch_bounds(window_lengths(windows), batch_size, pack_into)]
 
 
-def _pack_into(model, layer: int, site: str, block_size: int) -> tuple[int | None, str | None]:
+def _pack_into(model, config: KeystoreConfig) -> tuple[int | None, str | None]:
     """``(block_size, None)`` when ``model`` runs packed rows, else ``(None, why not)`` with a warning."""
-    reason = packing_check(model, layer, site)
+    reason = packing_check(model, resolve_layer(model, config.layer), config.site)
     if reason is None:
-        return block_size, None
-    warnings.warn(f"datastore: one window per row ({reason})", stacklevel=3)
+        return config.block_size, None
+    warnings.warn(f"datastore: one window per row ({reason})", stacklevel=4)
     return None, reason
-
-
-def _accept_unrecorded_pack(out_dir: Path, settings: dict, rebuild: bool) -> None:
-    """A keystore written before ``pack`` was recorded was built one window per row. It is reused as such (``pack``
-    left out of the compared ``settings``): silently when ``pack`` is off, with a warning when on and the store is
-    complete (its keys equal packed ones within rounding); an incomplete one is not resumed packed (mixed shards)."""
-    path = out_dir / MANIFEST
-    manifest = None if rebuild or not path.is_file() else read_json(path, f"keystore {out_dir}")
-    if manifest is None or "pack" in manifest:
-        return
-    if settings["pack"] and not manifest.get("complete"):
-        raise CorruptArtifact(f"keystore {out_dir} was started one window per row before packing was recorded: "
-                              "set datastore.pack: false to resume it, or rebuild it (--rebuild)")
-    if settings["pack"]:
-        warnings.warn(f"keystore {out_dir} predates datastore.pack: reused as built, one window per row",
-                      stacklevel=3)
-    del settings["pack"]
 
 
 def _check_context(model, block_size: int) -> None:

@@ -17,7 +17,7 @@ from mlpmem.config import Config
 from mlpmem.corpora.documents import Document, tokenize_documents
 from mlpmem.corpora.shakespeare import download_shakespeare, read_shakespeare_archive
 from mlpmem.corpora.store import seeded_order
-from mlpmem.datastore import build_keystore
+from mlpmem.datastore import KeystoreConfig, build_keystore
 from mlpmem.errors import ConfigError, MlpmemError
 from mlpmem.index import IndexConfig
 
@@ -70,12 +70,13 @@ def extra_keys(model, tokenizer, needed: int, cfg: KnnSetupConfig, layer: int, s
             break
     if total < needed:
         raise ConfigError(f"the unused plays hold {total} tokens, fewer than the {needed} keys still needed")
-    kwargs = dict(layer=layer, site=site, block_size=cfg.block_size, stride=cfg.block_size, progress=progress,
-                  desc="extra keys", precision=precision)
+    config = KeystoreConfig(layer=layer, site=site, block_size=cfg.block_size, stride=cfg.block_size,
+                            precision=precision)
     try:  # resumes an interrupted extraction of the same plays
-        build_keystore(model, tokenizer, docs, cfg.extra_dir, **kwargs)
+        build_keystore(config, model, tokenizer, docs, cfg.extra_dir, progress=progress, desc="extra keys")
     except MlpmemError:  # a previous extraction of other plays or another backbone: replace it
-        build_keystore(model, tokenizer, docs, cfg.extra_dir, rebuild=True, **kwargs)
+        build_keystore(config, model, tokenizer, docs, cfg.extra_dir, rebuild=True, progress=progress,
+                       desc="extra keys")
     return Path(cfg.extra_dir)
 
 

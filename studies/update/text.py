@@ -21,7 +21,7 @@ import numpy as np
 
 from mlpmem.compute import resolve_precision
 from mlpmem.corpora.shakespeare import download_shakespeare, read_shakespeare_archive
-from mlpmem.datastore import KeyStore, build_keystore
+from mlpmem.datastore import KeyStore, KeystoreConfig, build_keystore
 from mlpmem.errors import ConfigError
 from mlpmem.inference.perplexity import lambda_curve, perplexity
 from mlpmem.maintenance.config import load_maintenance_config
@@ -72,10 +72,10 @@ def held_out_store(run: Run, held: list[np.ndarray], folder: Path) -> KeyStore:
     """Keys and backbone log-probs of the held-out tokens, encoded as the run encodes its test split."""
     model, tokenizer = run.backbone
     cfg = run.cfg
-    build_keystore(model, tokenizer, held, folder, layer=cfg.backbone.layer, site=cfg.backbone.site,
-                   block_size=cfg.corpus.block_size, stride=cfg.corpus.stride, with_lm=True,
-                   precision=resolve_precision(cfg.backbone.precision, model.device), progress=False,
-                   desc="keys held-out")
+    config = KeystoreConfig(layer=cfg.backbone.layer, site=cfg.backbone.site, block_size=cfg.corpus.block_size,
+                            stride=cfg.corpus.stride, with_lm=True,
+                            precision=resolve_precision(cfg.backbone.precision, model.device))
+    build_keystore(config, model, tokenizer, held, folder, progress=False, desc="keys held-out")
     return KeyStore(folder)
 
 

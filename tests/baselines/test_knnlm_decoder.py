@@ -16,7 +16,7 @@ from mlpmem.baselines.knnlm import (
     knn_log_probs,
     knn_mix_log_probs,
 )
-from mlpmem.datastore import build_keystore
+from mlpmem.datastore import KeystoreConfig, build_keystore
 from mlpmem.errors import FingerprintMismatch
 from mlpmem.index import ExactIndex, IndexConfig
 from mlpmem.inference.mixing import mix
@@ -57,8 +57,8 @@ def test_sparse_knn_mix_equals_the_dense_mixture(lam):
 def tiny_datastore(tmp_path, model, seed=0, name="ds", n_docs=3, length=60):
     rng = np.random.default_rng(seed)
     docs = [rng.integers(1, VOCAB, length).astype(np.int32) for _ in range(n_docs)]
-    build_keystore(model, TinyTokenizer(), docs, tmp_path / name, layer=-1, block_size=32, stride=16,
-                   batch_size=2, batches_per_shard=2, progress=False)
+    build_keystore(KeystoreConfig(layer=-1, block_size=32, stride=16, batch_size=2, batches_per_shard=2), model,
+                   TinyTokenizer(), docs, tmp_path / name, progress=False)
     return tmp_path / name
 
 

@@ -32,7 +32,7 @@ import torch  # noqa: E402
 
 from helpers.corpus import corpus_text  # noqa: E402
 
-KW = dict(layer=-1, site="ffn_input", block_size=24, stride=12, batch_size=2, batches_per_shard=2, progress=False)
+KW = dict(layer=-1, site="ffn_input", block_size=24, stride=12, batch_size=2, batches_per_shard=2)
 TRAIN = dict(epochs=2, batch_size=149, lr=3e-3, checkpoint_every=5, eval_lambdas=[0.0, 0.5, 1.0], alpha=0.4,
              precision="fp32")
 RENAMES = [0]
@@ -116,7 +116,7 @@ def train_stage(stage: str, backbone_dir: Path, out: Path) -> None:
 
 
 def run_stage(stage: str, backbone_dir: Path, out: Path, dist=None) -> None:
-    from mlpmem.datastore import build_keystore
+    from mlpmem.datastore import KeystoreConfig, build_keystore
     from mlpmem.teacher import build_teacher
 
     if stage == "datastore":
@@ -124,7 +124,8 @@ def run_stage(stage: str, backbone_dir: Path, out: Path, dist=None) -> None:
 
         tokenizer = AutoTokenizer.from_pretrained(backbone_dir)
         model = AutoModelForCausalLM.from_pretrained(backbone_dir).eval()
-        build_keystore(model, tokenizer, tiny_docs(tokenizer), out / "ds", dist=dist, **KW)
+        build_keystore(KeystoreConfig(**KW), model, tokenizer, tiny_docs(tokenizer), out / "ds", dist=dist,
+                       progress=False)
     elif stage in ("teacher", "teacher-ivf"):
         build_teacher(out / "ds", out / "teacher", teacher_config("ivf" if stage == "teacher-ivf" else "exact"),
                       progress=False, dist=dist)

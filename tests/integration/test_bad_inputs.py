@@ -22,7 +22,7 @@ from mlpmem.corpora.documents import (
     read_documents,
     tokenize_documents,
 )
-from mlpmem.datastore import KeyStore, build_keystore
+from mlpmem.datastore import KeyStore, KeystoreConfig, build_keystore
 from mlpmem.errors import (
     ConfigError,
     CorpusError,
@@ -38,7 +38,7 @@ from mlpmem.teacher import TeacherConfig, TeacherStore, build_teacher
 from mlpmem.training.loss import check_alpha
 from mlpmem.utils.shards import DiskFull, sha256_file
 
-KW = dict(layer=-1, site="ffn_input", block_size=24, stride=12, batch_size=2, batches_per_shard=2, progress=False)
+KW = dict(layer=-1, site="ffn_input", block_size=24, stride=12, batch_size=2, batches_per_shard=2)
 
 
 @pytest.fixture(autouse=True)
@@ -67,7 +67,7 @@ def docs(tiny_tokenizer):
 
 @pytest.fixture()
 def store_dir(docs, tiny_llama, tiny_tokenizer, tmp_path):
-    build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", **KW)
+    build_keystore(KeystoreConfig(**KW), tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", progress=False)
     return tmp_path / "ds"
 
 
@@ -93,13 +93,15 @@ def test_document_longer_than_a_block_is_windowed_not_loaded_whole(docs, tiny_ll
     assert len(long_doc[0]) > 40 * KW["block_size"]
     windows = make_windows([len(long_doc[0])], KW["block_size"], KW["stride"])
     assert max(w.end - w.start for w in windows) == KW["block_size"]
-    manifest = build_keystore(tiny_llama, tiny_tokenizer, long_doc, tmp_path / "ds", **KW)
+    manifest = build_keystore(KeystoreConfig(**KW), tiny_llama, tiny_tokenizer, long_doc, tmp_path / "ds",
+                              progress=False)
     assert manifest["rows"] == len(long_doc[0]) - 1
 
 
 def test_block_longer_than_the_backbone_context(docs, tiny_llama, tiny_tokenizer, tmp_path):
     with pytest.raises(ConfigError) as exc:
-        build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", **dict(KW, block_size=4096, stride=2048))
+        build_keystore(KeystoreConfig(**dict(KW, block_size=4096, stride=2048)), tiny_llama, tiny_tokenizer, docs,
+                       tmp_path / "ds", progress=False)
     one_line(exc, "block_size=4096", "512")
 
 
@@ -123,7 +125,7 @@ def test_other_tokenizer_or_backbone(store_dir, docs, tiny_llama, tiny_tokenizer
     before = snapshot(store_dir)
     with pytest.raises(CorruptArtifact) as exc:  # resuming a build with another backbone refuses to mix
         other = tiny_backbone("llama", seed=3, vocab_size=len(tiny_tokenizer), preset="bpe")
-        build_keystore(other, tiny_tokenizer, docs, store_dir, **KW)
+        build_keystore(KeystoreConfig(**KW), other, tiny_tokenizer, docs, store_dir, progress=False)
     one_line(exc, "backbone", "--rebuild")
     assert snapshot(store_dir) == before
 
@@ -158,9 +160,9 @@ def test_damaged_shard_is_rebuilt_on_resume(store_dir, docs, tiny_llama, tiny_to
     (store_dir / "manifest.json").write_text(json.dumps(manifest))
     (store_dir / "values-00002.npy").write_bytes(b"garbage")
     with pytest.raises(CorruptArtifact) as exc:
-        build_keystore(tiny_llama, tiny_tokenizer, docs, store_dir, **KW)
+        build_keystore(KeystoreConfig(**KW), tiny_llama, tiny_tokenizer, docs, store_dir, progress=False)
     one_line(exc, "values-00002.npy", "checksum")
-    build_keystore(tiny_llama, tiny_tokenizer, docs, store_dir, rebuild=True, **KW)
+    build_keystore(KeystoreConfig(**KW), tiny_llama, tiny_tokenizer, docs, store_dir, rebuild=True, progress=False)
     assert snapshot(store_dir) == good
 
 
@@ -171,7 +173,7 @@ def test_broken_progress_record_is_dropped_and_its_shard_rebuilt(store_dir, docs
     manifest.update(complete=False, rows=manifest["rows"] - last["rows"])
     (store_dir / "manifest.json").write_text(json.dumps(manifest))
     (store_dir / f"part-{last['index']:05d}.json").write_text('{"index": 3, "files"')  # killed mid-write
-    build_keystore(tiny_llama, tiny_tokenizer, docs, store_dir, **KW)
+    build_keystore(KeystoreConfig(**KW), tiny_llama, tiny_tokenizer, docs, store_dir, progress=False)
     assert snapshot(store_dir) == good and KeyStore(store_dir).manifest["complete"]
 
 
@@ -228,7 +230,7 @@ def test_damaged_or_pickled_checkpoint(tmp_path):
 
     weights.write_bytes(pickle.dumps({"w": [1, 2, 3]}))  # never unpickled: rejected as unreadable
     state = json.loads((tmp_path / "checkpoint" / "trainer_state.json").read_text())
-    state.pop("files")
+    state["files"]["memory/model.safetensors"] = sha256_file(weights)  # its checksum passes: the loader refuses it
     (tmp_path / "checkpoint" / "trainer_state.json").write_text(json.dumps(state))
     with pytest.raises(CorruptArtifact) as exc:
         train_memory(memory(), data, val, cfg, tmp_path, progress=False)
@@ -280,7 +282,7 @@ def test_lambda_alpha_temperature_out_of_range(check, value, name):
 
 
 def test_disk_full_mid_datastore_then_resume(docs, tiny_llama, tiny_tokenizer, tmp_path, monkeypatch):
-    build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "full", **KW)
+    build_keystore(KeystoreConfig(**KW), tiny_llama, tiny_tokenizer, docs, tmp_path / "full", progress=False)
     real, calls = np.save, [0]
 
     def filling_save(file, array, **kwargs):
@@ -292,13 +294,14 @@ def test_disk_full_mid_datastore_then_resume(docs, tiny_llama, tiny_tokenizer, t
 
     monkeypatch.setattr(np, "save", filling_save)
     with pytest.raises(DiskFull) as exc:
-        build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", **KW)
+        build_keystore(KeystoreConfig(**KW), tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", progress=False)
     one_line(exc, "disk full", "keys-00002.npy")
     assert not list((tmp_path / "ds").glob("*.tmp"))  # the partial file is gone
     manifest = json.loads((tmp_path / "ds" / "manifest.json").read_text())
     assert [s["index"] for s in manifest["shards"]] == [0, 1]  # what was written before is intact
     monkeypatch.setattr(np, "save", real)
-    build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", **KW)  # space freed: the rerun resumes
+    build_keystore(KeystoreConfig(**KW), tiny_llama, tiny_tokenizer, docs, tmp_path / "ds",
+                   progress=False)  # space freed: the rerun resumes
     assert snapshot(tmp_path / "ds") == snapshot(tmp_path / "full")
 
 

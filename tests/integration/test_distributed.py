@@ -180,13 +180,13 @@ def test_fsdp_two_processes_equal_one_process(reference, tiny_backbone_dir, tmp_
             ckpt = Path(f"train{suffix}", "checkpoint", name)
             assert_close_files(reference / ckpt, two / ckpt)
         a, b = (json.loads((run / f"train{suffix}" / "train_state.json").read_text()) for run in (reference, two))
-        assert b["processes"] == 2 and b["config"]["sharding"] == "fsdp" and a["step"] == b["step"]
+        assert b["processes"] == 2 and b["sharding"] == "fsdp" and a["step"] == b["step"]
         for x, y in zip(a["history"], b["history"], strict=True):  # the epoch evaluations ran on the sharded model
             assert y["memory_ppl"] == pytest.approx(x["memory_ppl"], rel=1e-5)
     memory = MLPMemory.from_pretrained(two / "train" / "checkpoint" / "memory")
     optimizer = adamw(memory, TrainConfig(**worker.TRAIN))
     state = load_checkpoint(two / "train" / "checkpoint", memory, optimizer)
-    assert state["step"] == a["step"] and len(optimizer.state) == len(list(memory.parameters()))
+    assert state.step == a["step"] and len(optimizer.state) == len(list(memory.parameters()))
 
 
 def test_checkpoints_resume_across_sharding_and_processes(reference, tiny_backbone_dir, tmp_path, monkeypatch):

@@ -88,7 +88,7 @@ def test_changed_train_settings_are_refused_then_retrained_on_request(run, capsy
     assert cli("train", "--rebuild", "--set", "train.lr=0.03", "--set", "train.epochs=1") == 0
     assert cli("run", "--set", "train.lr=0.03", "--set", "train.epochs=1") == 0
     state = json.loads((folder / "train" / "train_state.json").read_text())
-    assert state["config"]["lr"] == 0.03 and state["config"]["epochs"] == 1
+    assert state["built_from"]["train.lr"] == 0.03 and state["built_from"]["train.epochs"] == 1
     assert (folder / "results.json").read_bytes() != before["results.json"]
     assert "lr: 0.03" in (folder / "config.yaml").read_text()
 
@@ -318,8 +318,9 @@ def test_a_locked_folder_is_mlpmems_own_whatever_was_added(run, capsys):
     assert (folder / "my-notes.md").read_text() == "mine"
 
 
-def test_legacy_run_without_records_is_adopted(run):
-    """A folder written before records existed is checked by its artifacts' manifests, then recorded."""
+def test_a_run_without_stage_records_is_checked_by_its_artifacts_then_recorded(run):
+    """Stages killed before they were recorded: each artifact is checked by its own record (manifests, the trainer
+    state), then the stages are recorded."""
     folder, cli = run
     shutil.rmtree(folder / "stages")
     (folder / "memory.sha256.json").unlink()

@@ -6,20 +6,31 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from mlpmem.errors import ConfigError
+from mlpmem.errors import ConfigError, StaleArtifact
+from mlpmem.freshness import MISSING, check, differences, flatten, is_current, staleness
 from mlpmem.layout import is_train_written, is_written
-from mlpmem.pipeline.records import changes, flatten
 from mlpmem.pipeline.run import CONFIG_HEADER, check_backbone_name, is_own_config
 from mlpmem.utils.io import remove_written
 from mlpmem.utils.lock import LOCK_NAME, folder_lock, read_holder
 
 
-def test_flatten_and_changes_compare_only_keys_both_know():
+def test_flatten_and_differences_over_every_key_of_either():
     flat = flatten({"train": {"lr": 0.003, "eval_lambdas": [0.0, 1.0]}, "seed": 0})
     assert flat == {"train.lr": 0.003, "train.eval_lambdas": [0.0, 1.0], "seed": 0}
-    assert changes(flat, {**flat, "train.lr": 0.03}) == [("train.lr", 0.003, 0.03)]
-    assert changes(flat, {**flat, "datastore.pack": True}) == []  # a key added after the record was written
-    assert changes({**flat, "gone": 1}, flat) == []
+    assert differences(flat, {**flat, "train.lr": 0.03}) == [("train.lr", 0.003, 0.03)]
+    assert differences(flat, flat) == [] and is_current(flat, flat) and not is_current(None, flat)
+    # a key the record lacks (written before it was recorded) or one it has that is no longer given: stale
+    assert differences(flat, {**flat, "datastore.pack": True}) == [("datastore.pack", MISSING, True)]
+    assert differences({**flat, "gone": 1}, flat) == [("gone", 1, MISSING)]
+
+
+def test_one_line_staleness_names_the_first_setting_and_the_hint():
+    with pytest.raises(StaleArtifact) as exc:
+        check({"a": 1, "b": 2, "c": 3}, {"a": 1, "b": 5, "c": 4}, "the memory in runs/x", "retrain it")
+    assert str(exc.value) == ("the memory in runs/x was built with b=2, but the configuration now gives b=5 "
+                              "(and 1 more setting): retrain it")
+    assert staleness({"a": 1}, {"a": 1, "pack": False}) == "records no pack"
+    assert staleness({"a": 1}, {"a": 1}) is None
 
 
 @pytest.mark.parametrize("name,ok", [("smollm2-135m", True), ("org/model", True), ("/no/such/model", False),

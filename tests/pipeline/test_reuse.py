@@ -51,10 +51,10 @@ def test_a_new_recipe_takes_the_datastore_and_teacher_and_trains_its_own_memory(
     assert timings["keys_train"]["reused_from"] == str(source) and "reused_from" not in timings.get("train", {})
     for stage in ("datastore", "knnlm", "teacher"):
         assert json.loads(new.record(stage).read_text()) == json.loads(old.record(stage).read_text())
-    assert json.loads(new.record("train").read_text())["inputs"]["train.epochs"] == 3
+    assert json.loads(new.record("train").read_text())["built_from"]["train.epochs"] == 3
     assert f"taken from `{source}` (`mlpmem run --reuse-from`)" in (new.root / "report.md").read_text()
     # the source is untouched: its memory and its records are what they were
-    assert json.loads(old.record("train").read_text())["inputs"]["train.epochs"] == 2
+    assert json.loads(old.record("train").read_text())["built_from"]["train.epochs"] == 2
 
 
 def test_only_stages_built_from_the_same_settings_are_taken(source, tmp_path, capsys):
@@ -64,7 +64,7 @@ def test_only_stages_built_from_the_same_settings_are_taken(source, tmp_path, ca
     new = RunLayout(tmp_path / "other-teacher")
     assert os.path.samefile(new.datastore / "manifest.json", RunLayout(source).datastore / "manifest.json")
     assert not os.path.samefile(new.teacher / "manifest.json", RunLayout(source).teacher / "manifest.json")
-    assert json.loads(new.record("teacher").read_text())["inputs"]["teacher.k"] == 4
+    assert json.loads(new.record("teacher").read_text())["built_from"]["teacher.k"] == 4
     assert _run(source, tmp_path / "other-keys", "corpus.block_size=24") == 0
     assert "taken from" in capsys.readouterr().out and not (tmp_path / "other-keys" / "knnlm").is_symlink()
     assert not os.path.samefile(RunLayout(tmp_path / "other-keys").datastore / "manifest.json",

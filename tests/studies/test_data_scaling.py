@@ -8,10 +8,10 @@ import pytest
 
 from helpers.corpus import write_corpus
 from helpers.paths import ROOT
-from mlpmem.datastore_reuse import encoded_rows
 from mlpmem.errors import ConfigError
 from mlpmem.layout import RunLayout
 from mlpmem.pipeline.config import PipelineConfig
+from mlpmem.pipeline.reuse import encoded_rows
 from mlpmem.utils.shards import read_json
 from studies.data_scaling import DataScalingConfig, run_scaling, size_config
 

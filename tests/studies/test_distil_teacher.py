@@ -8,7 +8,7 @@ import studies.distil_teacher as dt
 from helpers.corpus import corpus_text
 from helpers.faults import killed_after_first_shard
 from mlpmem.corpora.documents import Document, tokenize_documents
-from mlpmem.datastore import KeyStore, build_keystore
+from mlpmem.datastore import KeyStore, KeystoreConfig, build_keystore
 from mlpmem.errors import ConfigError, CorruptArtifact
 from mlpmem.memory import MemoryConfig, MLPMemory
 from mlpmem.teacher import TeacherConfig, TeacherStore, build_teacher
@@ -47,8 +47,8 @@ def test_members_must_share_a_head_and_the_weight_is_a_share():
 @pytest.fixture()
 def store_dir(tiny_llama, tiny_tokenizer, tmp_path):
     docs = tokenize_documents([Document(str(i), t) for i, t in enumerate(corpus_text(4))], tiny_tokenizer)
-    build_keystore(tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", layer=-1, site="ffn_input", block_size=24,
-                   stride=12, batch_size=2, batches_per_shard=2, progress=False)
+    config = KeystoreConfig(layer=-1, site="ffn_input", block_size=24, stride=12, batch_size=2, batches_per_shard=2)
+    build_keystore(config, tiny_llama, tiny_tokenizer, docs, tmp_path / "ds", progress=False)
     return tmp_path / "ds"
 
 

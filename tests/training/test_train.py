@@ -65,7 +65,7 @@ def test_resumed_run_equals_uninterrupted(tmp_path):
 def test_corrupt_checkpoint_and_changed_config(tmp_path):
     data, val = _data()
     train_memory(_memory(), data, val, TrainConfig(**CFG), tmp_path, progress=False, stop_after=4)
-    with pytest.raises(ConfigError, match="another train config"):
+    with pytest.raises(ConfigError, match="trained with train.lr=0.003, but the configuration now gives train.lr=0.0"):
         train_memory(_memory(), data, val, TrainConfig(**dict(CFG, lr=1e-3)), tmp_path, progress=False)
     opt = tmp_path / "checkpoint" / "optimizer.safetensors"
     opt.write_bytes(opt.read_bytes()[:100])

@@ -25,7 +25,8 @@ from mlpmem.corpora.documents import SPLITS
 from mlpmem.corpora.registry import prepare
 from mlpmem.corpora.store import read_split
 from mlpmem.errors import ConfigError, CorpusError
-from mlpmem.utils.shards import compare_settings, read_json, write_json
+from mlpmem.freshness import check
+from mlpmem.utils.shards import read_json, write_json
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<pad>"]
 
@@ -114,8 +115,8 @@ def check_data_settings(out: Path, exp) -> None:
                 "vocab_size": exp.vocab_size}
     path = out / "data" / "settings.json"
     if path.is_file():
-        compare_settings(read_json(path, "mosaics data settings"), settings, f"the data and tokenizer of {out}",
-                         ConfigError)
+        check(read_json(path, "mosaics data settings"), settings, f"the data and tokenizer of {out}",
+              error=ConfigError)
     elif (out / "tokenizer").exists() or (out / "data").exists():
         return  # built before settings were recorded: kept as they are
     else:

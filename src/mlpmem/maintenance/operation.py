@@ -35,6 +35,7 @@ from mlpmem.maintenance.shards import (
 from mlpmem.maintenance.targets import knn_rows
 from mlpmem.maintenance.transaction import Pending, recover
 from mlpmem.pipeline import records, require
+from mlpmem.pipeline.datastore import keystore_config
 from mlpmem.pipeline.run import Run
 from mlpmem.teacher import TeacherStore
 from mlpmem.utils.shards import MANIFEST, atomic_write_bytes, sha256_file, write_json
@@ -118,10 +119,7 @@ def run_keys(run: Run, tokens: list[np.ndarray], folder: Path, desc: str) -> Key
     """The keystore of token documents with the run's own key settings (backbone, layer, site, windows,
     precision), built (or resumed) in ``folder``."""
     cfg, (model, tokenizer) = run.cfg, run.backbone
-    build_keystore(model, tokenizer, tokens, folder, layer=cfg.backbone.layer, site=cfg.backbone.site,
-                   block_size=cfg.corpus.block_size, stride=cfg.corpus.stride, batch_size=cfg.datastore.batch_size,
-                   batches_per_shard=cfg.datastore.batches_per_shard, with_lm=False,
-                   precision=cfg.backbone.precision, pack=cfg.datastore.pack, progress=run.progress, desc=desc)
+    build_keystore(keystore_config(cfg), model, tokenizer, tokens, folder, progress=run.progress, desc=desc)
     return KeyStore(folder)
 
 

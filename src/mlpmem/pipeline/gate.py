@@ -82,7 +82,7 @@ def compute_features(run: Run, memory: MLPMemory, split: str, store: KeyStore) -
     recomputed backbone and the keystore (a check that the rows line up: rounding-sized when they do)."""
     manifest, model = store.manifest, run.backbone[0]
     docs = split_tokens(run, split)
-    if manifest.get("corpus_sha") not in (None, corpus_hash(docs)):
+    if manifest["corpus_sha"] != corpus_hash(docs):
         raise CorruptArtifact(f"keystore {store.path} was built from other {split} tokens: rerun the datastore stage")
     windows = make_windows(document_lengths(docs), manifest["block_size"], manifest["stride"])
     if windows.num_scored != store.num_rows:

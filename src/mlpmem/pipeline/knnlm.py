@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from mlpmem import freshness
 from mlpmem.backbone import check_fingerprint
 from mlpmem.config import Config
 from mlpmem.datastore import KeyStore
@@ -88,7 +89,7 @@ def cached_neighbours(out_dir: Path, k: int, inputs: dict):
     if not path.is_file():
         return None
     meta = read_json(path, f"kNN-LM neighbour lists {out_dir}")
-    if meta.get("inputs") != inputs or meta.get("k", 0) < k or "files" not in meta:
+    if not freshness.is_current(meta.get("inputs"), inputs) or meta.get("k", 0) < k or "files" not in meta:
         return None
     try:
         return open_neighbours(out_dir, k)

@@ -1,10 +1,10 @@
 """What every stage of a run folder was built from: ``stages/<stage>.json``, checked before the stage is reused.
 
-A record holds the stage's *inputs*: every configuration value its artifacts depend on (its own section and
-those of the stages upstream, as dotted keys such as ``train.lr``; the teacher's temperature as the one it
-used, possibly chosen by the kNN-LM sweep), plus, for the evaluation, the checksum of the memory it scored.
-Before a stage runs, the records of the stages it reads and its own are compared with the inputs the
-configuration gives now:
+A record holds the stage's *inputs* as :mod:`mlpmem.freshness` settings (``built_from``): every configuration value its
+artifacts depend on (its own section and those of the stages upstream, as dotted keys such as ``train.lr``; the
+teacher's temperature as the one it used, possibly chosen by the kNN-LM sweep), plus, for the evaluation, the
+checksum of the memory it scored. Before a stage runs, the records of the stages it reads and its own are
+compared (:func:`mlpmem.freshness.staleness`) with the inputs the configuration gives now:
 
 - the datastore, the teacher and the memory are costly work the user may want: a changed input is refused
   with one line naming the setting, its recorded and its new value, and the command that rebuilds the stage;
@@ -13,29 +13,29 @@ configuration gives now:
   inputs, :func:`mlpmem.pipeline.knnlm.search_neighbours`), so their records only tell readers (``generate``,
   ``report``) whether ``results.json`` is the current memory's.
 
-A key missing from a record (one added to the configuration after the record was written) is not compared;
-a stage without a record (a folder from before records, or a stage killed before it finished) is checked by
-its artifacts' own manifests and recorded once it completes. The memory's record also writes the checksums
-of its files (:mod:`mlpmem.utils.checksums`), verified whenever it is loaded.
+A record that lacks a key the configuration gives is stale like one with another value (rebuild the stage);
+a stage without a record (one killed before it finished) is checked by its artifacts' own manifests and
+recorded once it completes. The memory's record also writes the checksums of its files
+(:mod:`mlpmem.utils.checksums`), verified whenever it is loaded.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
 from safetensors import safe_open
 
-from mlpmem.errors import CorruptArtifact, StaleArtifact
+from mlpmem import freshness
+from mlpmem.errors import CorruptArtifact
 from mlpmem.pipeline.knnlm import open_neighbours
 from mlpmem.pipeline.run import Run
 from mlpmem.pipeline.teacher import teacher_config
 from mlpmem.utils.checksums import check_finite, record_folder, recorded, verify_folder
 from mlpmem.utils.shards import read_json, write_json
 
-FORMAT = "mlpmem.stage/1"
+FORMAT = "mlpmem.stage/2"
 MEMORY_FILES = ("config.json", "model.safetensors")
 
 OWN = {"datastore": ("seed", "backbone", "corpus", "datastore"), "knnlm": ("knnlm",),
@@ -53,16 +53,6 @@ WHAT = {"datastore": "the datastore", "teacher": "the teacher", "train": "the me
         "knnlm": "the kNN-LM results", "eval": "results.json"}
 
 
-def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    """A nested dict as ``{"a.b": leaf}`` (lists are leaves)."""
-    if not isinstance(value, dict):
-        return {prefix: value}
-    out = {}
-    for key, item in value.items():
-        out.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
-    return out
-
-
 def memory_sha256(folder: str | Path) -> str | None:
     """The recorded checksum of the memory weights saved in ``folder`` (None before any is recorded)."""
     return (recorded(folder) or {}).get("model.safetensors")
@@ -75,9 +65,7 @@ def own_inputs(run: Run, stage: str) -> dict[str, Any]:
         config["teacher"] = dataclasses.asdict(teacher_config(run))  # the temperature it uses
     if stage == "eval":
         return {"memory.sha256": memory_sha256(run.layout.memory)}
-    flat = {}
-    for section in OWN[stage]:
-        flat.update(flatten(config[section], section))
+    flat = freshness.settings({section: config[section] for section in OWN[stage]})
     return {k: v for k, v in flat.items() if k not in RUNTIME}
 
 
@@ -87,7 +75,7 @@ def inputs(run: Run, stage: str) -> dict[str, Any]:
     for up in UPSTREAM[stage]:
         out.update(inputs(run, up))
     out.update(own_inputs(run, stage))
-    return json.loads(json.dumps(out))  # as a record reads back (tuples are lists)
+    return freshness.settings(out)  # as a record reads back (tuples are lists)
 
 
 def read_record(run: Run, stage: str) -> dict | None:
@@ -99,20 +87,15 @@ def read_record_at(path: Path, stage: str) -> dict | None:
     if not path.is_file():
         return None
     record = read_json(path, f"record of the {stage} stage")
-    if record.get("format") != FORMAT or not isinstance(record.get("inputs"), dict):
-        raise CorruptArtifact(f"{path} is not a stage record: delete it, the stage is checked by its manifests")
+    if record.get("format") != FORMAT or not isinstance(record.get("built_from"), dict):
+        raise CorruptArtifact(f"{path} is not a {FORMAT} stage record: rebuild the stage (--rebuild)")
     return record
-
-
-def changes(recorded_inputs: dict, wanted: dict) -> list[tuple[str, Any, Any]]:
-    """``(key, recorded, now)`` for every key both know whose value differs."""
-    return [(k, recorded_inputs[k], v) for k, v in wanted.items() if k in recorded_inputs and recorded_inputs[k] != v]
 
 
 def is_current(run: Run, stage: str) -> bool:
     """Whether ``stage`` has a record and it matches what the configuration gives now."""
     record = read_record(run, stage)
-    return record is not None and not changes(record["inputs"], inputs(run, stage))
+    return record is not None and freshness.is_current(record["built_from"], inputs(run, stage))
 
 
 def hint(run: Run, stage: str) -> str:
@@ -133,14 +116,10 @@ def check(run: Run, stage: str) -> None:
     record = read_record(run, stage)
     if record is None:
         return
-    diff = changes(record["inputs"], inputs(run, stage))
-    if diff:
-        key, old, new = diff[0]
-        more = f" (and {len(diff) - 1} more setting{'s' * (len(diff) > 2)})" if len(diff) > 1 else ""
-        built = "trained" if stage == "train" else "computed" if stage in ("knnlm", "eval") else "built"
-        was = "were" if stage == "knnlm" else "was"
-        raise StaleArtifact(f"{WHAT[stage]} in {run.dir} {was} {built} with {key}={old!r}, but the configuration "
-                            f"now gives {key}={new!r}{more}: {hint(run, stage)}")
+    built = "trained" if stage == "train" else "computed" if stage in ("knnlm", "eval") else "built"
+    was = "were" if stage == "knnlm" else "was"
+    freshness.check(record["built_from"], inputs(run, stage), f"{WHAT[stage]} in {run.dir}", hint(run, stage),
+                    built=f"{was} {built}")
 
 
 def check_upstream(run: Run, stage: str) -> None:
@@ -172,7 +151,7 @@ def record(run: Run, stage: str) -> dict:
         return {}
     if stage == "train":
         record_memory(run.layout.memory)
-    entry = {"format": FORMAT, "stage": stage, "inputs": inputs(run, stage)}
+    entry = {"format": FORMAT, "stage": stage, "built_from": inputs(run, stage)}
     run.layout.record(stage).parent.mkdir(exist_ok=True)
     write_json(run.layout.record(stage), entry)
     return entry
@@ -214,9 +193,7 @@ def verify_evaluation_inputs(run: Run) -> None:
 
 
 def results_match_memory(run: Run) -> bool:
-    """Whether ``results.json`` was computed for the memory now in the run (by the memory's checksum; a run
-    without records is taken as it is)."""
+    """Whether ``results.json`` was computed for the memory now in the run (by the memory's checksum recorded in
+    the evaluation's record)."""
     record = read_record(run, "eval")
-    if record is None:
-        return True
-    return record["inputs"].get("memory.sha256") == own_inputs(run, "eval")["memory.sha256"]
+    return record is not None and record["built_from"].get("memory.sha256") == memory_sha256(run.layout.memory)

@@ -96,7 +96,8 @@ class Run:
         self._backbone = backbone
         self.key_donor: Run | None = None
         """Another run whose keystores this one's may share shards with (same backbone and key settings; see
-        :mod:`mlpmem.datastore_reuse`): ``python -m studies scale-data`` sets it to the largest size's run."""
+        :func:`mlpmem.pipeline.reuse.take_key_shards`): ``python -m studies scale-data`` sets it to the largest size's
+        run."""
 
     @property
     def backbone(self):

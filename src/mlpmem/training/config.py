@@ -6,12 +6,12 @@ What the memory *is* (its depth, width, head and initialisation) is the pipeline
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from typing import ClassVar, Literal
 
 from mlpmem.config import Config
 from mlpmem.errors import ConfigError
+from mlpmem.freshness import settings
 from mlpmem.inference.mixing import check_lambda
 from mlpmem.training.loss import check_alpha
 
@@ -90,16 +90,9 @@ class TrainConfig(Config):
         return self.eval_every is not None or self.patience is not None
 
 
-def recipe(config: dict) -> dict:
-    """A train config (as a dict) without its :data:`RUNTIME_KEYS`: what a checkpoint must agree with. Keys
-    missing from it (a checkpoint written before they existed) read as their defaults."""
-    return {k: v for k, v in {**asdict(TrainConfig()), **config}.items() if k not in RUNTIME_KEYS}
-
-
-def trained_with(state: dict, config: dict, memory_spec: dict | None) -> bool:
-    """Whether a trainer ``state`` (a checkpoint's or a finished run's) was trained under the recipe of ``config``
-    (a train config as a dict) and the memory section ``memory_spec``, compared as their JSON forms."""
-    def as_json(value):
-        return json.loads(json.dumps(value, default=str))
-
-    return as_json([recipe(state["config"]), state.get("memory")]) == as_json([recipe(config), memory_spec])
+def recipe(cfg: TrainConfig, memory_spec: dict | None) -> dict:
+    """What a training is built from, as :mod:`mlpmem.freshness` settings: the train config without its
+    :data:`RUNTIME_KEYS` (``train.*``) and the memory section ``memory_spec`` (``memory.*``). A checkpoint resumes,
+    and a finished training counts as current, only under the same."""
+    train = {k: v for k, v in asdict(cfg).items() if k not in RUNTIME_KEYS}
+    return settings({"train": train, "memory": memory_spec})

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -28,10 +28,16 @@ from accelerate.utils import broadcast_object_list
 from tqdm.auto import tqdm
 
 from mlpmem.compute import autocast, resolve_precision
-from mlpmem.errors import ConfigError
 from mlpmem.memory.model import MLPMemory
-from mlpmem.training.checkpoint import flat_moments, load_checkpoint, recover_checkpoint, save_checkpoint
-from mlpmem.training.config import TrainConfig, trained_with
+from mlpmem.training.checkpoint import (
+    STATE_FILE,
+    TrainState,
+    flat_moments,
+    load_checkpoint,
+    recover_checkpoint,
+    save_checkpoint,
+)
+from mlpmem.training.config import TrainConfig, recipe
 from mlpmem.training.data import EvalData, TrainData, evaluate, rank_rows
 from mlpmem.training.loss import DEFAULT_CHUNK as FUSED_CHUNK
 from mlpmem.training.loss import fused_head_loss, sparse_hybrid_loss
@@ -39,8 +45,8 @@ from mlpmem.training.optim import adamw, lr_schedule, optimizer_step
 from mlpmem.training.regularise import noisy_keys, step_generator
 from mlpmem.training.selection import (
     BEST,
+    SELECTION,
     eval_interval,
-    fresh_selection,
     is_eval_step,
     record_evaluation,
     restore_best,
@@ -75,7 +81,8 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
     ``stop_after`` ends the run after that many steps (as a kill would), for tests. With ``cfg.sharding ==
     "fsdp"`` and several processes a sharded copy is trained (:func:`shard_memory`) and ``memory`` receives its
     full weights at the end on every process, as under DDP. ``memory_spec`` (the pipeline's ``memory:``
-    section, as a dict) is recorded with the train config: a checkpoint resumes only under both.
+    section, as a dict) is recorded with the train config: a checkpoint resumes only under both. Returns the
+    final :class:`TrainState` as a dict (what ``train_state.json`` holds).
     """
     steps_per_epoch = math.ceil(data.rows_per_epoch / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
@@ -85,9 +92,9 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
     torch.manual_seed(cfg.seed)
     home = memory.head.weight.device  # a tied head lives with the backbone: the memory returns there
     loop, state = _start(memory, cfg, out_dir / CHECKPOINT, total, memory_spec, progress)
-    step = state["step"]
-    t_start = time.perf_counter() - state["train_seconds"]
-    while step < total and not state["stopped"]:
+    step = state.step
+    t_start = time.perf_counter() - state.train_seconds
+    while step < total and not state.stopped:
         parts = _train_step(loop, data, cfg, step, steps_per_epoch)
         step += 1
         loop.bar.update(1)
@@ -102,17 +109,17 @@ def train_memory(memory: MLPMemory, data: TrainData, val: EvalData, cfg: TrainCo
             improved = validate(loop.accelerator, loop.model if loop.sharded else loop.whole, val, cfg, state,
                                 loop.bar, entry, loop.sharded)
         if evaluated or step % cfg.checkpoint_every == 0 or step == total:  # evaluated: the counters are saved
-            state.update(step=step, train_seconds=time.perf_counter() - t_start)
+            state.step, state.train_seconds = step, time.perf_counter() - t_start
             _save(loop, memory, out_dir, state, improved)
         if stop_after is not None and step >= stop_after:
             break
     state = _finish(loop, memory, cfg, out_dir, state, step, total, t_start)
     memory.to(home)  # trained on the accelerator's device (a GPU where there is one)
-    return state
+    return state.as_dict()
 
 
 def _start(memory: MLPMemory, cfg: TrainConfig, ckpt: Path, total: int, memory_spec: dict | None,
-           progress: bool) -> tuple[_Loop, dict]:
+           progress: bool) -> tuple[_Loop, TrainState]:
     """The run's accelerator, optimizer, schedule and model (wrapped for DDP or sharded for FSDP), and the
     trainer state to start from (the checkpoint's when there is one)."""
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
@@ -123,11 +130,11 @@ def _start(memory: MLPMemory, cfg: TrainConfig, ckpt: Path, total: int, memory_s
     state = resume_state(accelerator, ckpt, memory, optimizer, cfg, memory_spec)
     if sharded:
         model, optimizer = shard_memory(memory, optimizer, cfg, accelerator.device.type)
-    scheduler = lr_schedule(optimizer, total, cfg, state["step"])
+    scheduler = lr_schedule(optimizer, total, cfg, state.step)
     if not sharded:
         model, optimizer = accelerator.prepare(memory, optimizer)
     whole = memory if sharded else accelerator.unwrap_model(model)  # the unsharded memory, saved by process 0
-    bar = tqdm(total=total, initial=state["step"], desc="train memory", unit="step", disable=not progress,
+    bar = tqdm(total=total, initial=state.step, desc="train memory", unit="step", disable=not progress,
                dynamic_ncols=True)
     trainable = [p for p in model.parameters() if p.requires_grad]
     return _Loop(accelerator, model, whole, optimizer, scheduler, trainable, sharded, bar), state
@@ -155,7 +162,7 @@ def _epoch_label(step: int, steps_per_epoch: int) -> int | float:
     return step // steps_per_epoch if step % steps_per_epoch == 0 else round(step / steps_per_epoch, 4)
 
 
-def _save(loop: _Loop, memory: MLPMemory, out_dir: Path, state: dict, improved: bool) -> None:
+def _save(loop: _Loop, memory: MLPMemory, out_dir: Path, state: TrainState, improved: bool) -> None:
     """The checkpoint (process 0), after the best weights when this step's evaluation is the new best."""
     moments = gather_checkpoint(loop.model, loop.optimizer, memory) if loop.sharded else None
     if loop.accelerator.is_main_process:
@@ -165,25 +172,26 @@ def _save(loop: _Loop, memory: MLPMemory, out_dir: Path, state: dict, improved: 
                         flat_moments(loop.optimizer) if moments is None else moments, state)
 
 
-def _finish(loop: _Loop, memory: MLPMemory, cfg: TrainConfig, out_dir: Path, state: dict, step: int, total: int,
-            t_start: float) -> dict:
+def _finish(loop: _Loop, memory: MLPMemory, cfg: TrainConfig, out_dir: Path, state: TrainState, step: int,
+            total: int, t_start: float) -> TrainState:
     """Full weights into ``memory`` (the best ones when the run ended and restores them), the final state
     written by process 0 and returned."""
     loop.bar.close()
     if loop.sharded:
         unshard_into(loop.model, memory)
-    restored = (step >= total or state["stopped"]) and cfg.restores_best() and state["best_step"] is not None
+    restored = (step >= total or state.stopped) and cfg.restores_best() and state.best_step is not None
     loop.accelerator.wait_for_everyone()  # process 0 wrote best/
     if restored:
         restore_best(memory, out_dir / BEST)
     # the time to the last step, as its checkpoint recorded it: a finished run resumed again (no step taken)
     # keeps the seconds it was trained in instead of adding the time it took to read it
-    seconds = state["train_seconds"] if step == state["step"] else time.perf_counter() - t_start
-    state.update(step=step, train_seconds=seconds, tokens_per_s=step * cfg.batch_size / max(seconds, 1e-9),
-                 processes=loop.accelerator.num_processes, stopped_early=state["stopped"] and step < total,
-                 restored_best=restored)
+    seconds = state.train_seconds if step == state.step else time.perf_counter() - t_start
+    state.step, state.train_seconds = step, seconds
+    state.tokens_per_s = step * cfg.batch_size / max(seconds, 1e-9)
+    state.processes, state.sharding = loop.accelerator.num_processes, cfg.sharding
+    state.stopped_early, state.restored_best = state.stopped and step < total, restored
     if loop.accelerator.is_main_process:
-        write_json(out_dir / "train_state.json", {k: v for k, v in state.items()})
+        write_json(out_dir / "train_state.json", state.as_dict())
     loop.accelerator.wait_for_everyone()
     return state
 
@@ -202,27 +210,22 @@ def batch_loss(model: torch.nn.Module, memory: MLPMemory, batch: dict, cfg: Trai
 
 
 def resume_state(accelerator, ckpt: Path, memory: MLPMemory, optimizer: torch.optim.Optimizer, cfg: TrainConfig,
-                 memory_spec: dict | None) -> dict:
+                 memory_spec: dict | None) -> TrainState:
     """The trainer state to start from: a fresh one, or the checkpoint's (weights and moments restored into
     ``memory`` and ``optimizer``), which must have been trained with the same recipe."""
-    config = asdict(cfg)
-    state = {"step": 0, "history": [], "train_seconds": 0.0, "config": config, "memory": memory_spec,
-             **fresh_selection()}
+    built_from = recipe(cfg, memory_spec)
     if accelerator.is_main_process:
         recover_checkpoint(ckpt)
     accelerator.wait_for_everyone()
-    if (ckpt / "trainer_state.json").exists():
-        state = load_checkpoint(ckpt, memory, optimizer)
-        if not trained_with(state, config, memory_spec):
-            raise ConfigError(f"checkpoint {ckpt} was trained with another train config or memory section; "
-                              "use another folder")
-        state["config"] = config  # a checkpoint resumes under any sharding and number of processes
-        state = {**fresh_selection(), **state}  # a checkpoint written before the selection counters existed
+    if not (ckpt / STATE_FILE).exists():
+        return TrainState(built_from)
+    state = load_checkpoint(ckpt, memory, optimizer)
+    state.check_built_from(built_from, f"checkpoint {ckpt}")  # any sharding and number of processes
     return state
 
 
-def validate(accelerator, model: torch.nn.Module, val: EvalData, cfg: TrainConfig, state: dict, bar, entry: dict,
-             sharded: bool) -> bool:
+def validate(accelerator, model: torch.nn.Module, val: EvalData, cfg: TrainConfig, state: TrainState, bar,
+             entry: dict, sharded: bool) -> bool:
     """Evaluate ``model`` on validation, append ``entry`` and the metrics to the history (process 0) and update
     the selection counters, the same on every process; True if this evaluation is the new best."""
     improved = False
@@ -230,12 +233,13 @@ def validate(accelerator, model: torch.nn.Module, val: EvalData, cfg: TrainConfi
         model.eval()  # sharded: every process joins the forward (it gathers the blocks); process 0 records
         metrics = evaluate(model, val, cfg.eval_lambdas)
     if accelerator.is_main_process:
-        state["history"].append({**entry, **metrics})
+        state.history.append({**entry, **metrics})
         improved = record_evaluation(state, entry["step"], metrics["joint_ppl"], cfg.patience)
         bar.write(f"epoch {entry['epoch']}: memory PPL {metrics['memory_ppl']:.3f}, joint PPL "
                   f"{metrics['joint_ppl']:.3f} at lambda={metrics['best_lambda']} "
                   f"(backbone {metrics['backbone_ppl']:.3f})" + (" (best)" if improved else ""))
     if accelerator.num_processes > 1:  # process 0 decides: every process stops at the same step
-        selection, improved = broadcast_object_list([{k: state[k] for k in fresh_selection()}, improved])
-        state.update(selection)
+        selection, improved = broadcast_object_list([{k: getattr(state, k) for k in SELECTION}, improved])
+        for key, value in selection.items():
+            setattr(state, key, value)
     return improved

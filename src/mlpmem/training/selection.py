@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 from mlpmem.errors import ConfigError, CorruptArtifact
 from mlpmem.memory.io import WEIGHTS_NAME
 from mlpmem.memory.model import MLPMemory
+from mlpmem.training.checkpoint import TrainState
 from mlpmem.training.config import TrainConfig
 
 BEST = "best"
@@ -34,9 +35,8 @@ def kept_evaluation(state: dict) -> dict | None:
     return next(h for h in history if h["step"] == step)
 
 
-def fresh_selection() -> dict:
-    """The selection counters of a run that has not been evaluated yet."""
-    return {"best_step": None, "best_joint_ppl": None, "evals_since_best": 0, "stopped": False}
+SELECTION = ("best_step", "best_joint_ppl", "evals_since_best", "stopped")
+"""The selection counters of a :class:`~mlpmem.training.checkpoint.TrainState`, the same on every process."""
 
 
 def eval_interval(cfg: TrainConfig, steps_per_epoch: int, total: int) -> int | None:
@@ -63,18 +63,18 @@ def tokens_seen(step: int, steps_per_epoch: int, batch_size: int, rows: int) -> 
     return epoch * rows + min(in_epoch * batch_size, rows)
 
 
-def record_evaluation(state: dict, step: int, joint_ppl: float, patience: int | None) -> bool:
+def record_evaluation(state: TrainState, step: int, joint_ppl: float, patience: int | None) -> bool:
     """Update the best and patience counters of ``state`` with an evaluation; True if it is the new best.
 
-    A NaN perplexity never improves; ``state["stopped"]`` turns True after ``patience`` evaluations in a row
+    A NaN perplexity never improves; ``state.stopped`` turns True after ``patience`` evaluations in a row
     without improvement."""
-    best = state["best_joint_ppl"]
+    best = state.best_joint_ppl
     improved = not math.isnan(joint_ppl) and (best is None or joint_ppl < best)
     if improved:
-        state.update(best_step=step, best_joint_ppl=joint_ppl, evals_since_best=0)
+        state.best_step, state.best_joint_ppl, state.evals_since_best = step, joint_ppl, 0
     else:
-        state["evals_since_best"] += 1
-        state["stopped"] = patience is not None and state["evals_since_best"] >= patience
+        state.evals_since_best += 1
+        state.stopped = patience is not None and state.evals_since_best >= patience
     return improved
 
 

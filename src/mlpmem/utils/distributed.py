@@ -26,8 +26,8 @@ from accelerate import PartialState
 from mlpmem.errors import CorruptArtifact
 from mlpmem.utils.shards import (
     MANIFEST,
+    check_manifest,
     clean_temporaries,
-    compare_settings,
     load_array,
     read_json,
     resume_manifest,
@@ -176,7 +176,7 @@ def open_build(out_dir: Path, settings: dict, fresh: dict, rebuild: bool, dist: 
         resume_manifest(out_dir, settings, what, fresh)
     dist.barrier()
     manifest = read_json(out_dir / MANIFEST, f"{what} {out_dir}")
-    compare_settings(manifest, settings, f"{what} {out_dir}")
+    check_manifest(manifest, settings, f"{what} {out_dir}")
     return manifest
 
 

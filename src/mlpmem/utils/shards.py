@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from mlpmem.errors import CorruptArtifact, MlpmemError
+from mlpmem.freshness import check
 
 MANIFEST = "manifest.json"
 FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
@@ -133,14 +134,10 @@ def clean_temporaries(folder: Path) -> None:
         tmp.unlink()
 
 
-def compare_settings(recorded: dict, wanted: dict, what: str, error=CorruptArtifact) -> None:
-    """Raise if an existing artifact was built with other settings than the ones asked for now."""
-    for key, value in wanted.items():
-        if recorded.get(key) != value:
-            raise error(
-                f"{what} was built with {key}={recorded.get(key)!r}, not {value!r}; "
-                "use another folder or rebuild it (--rebuild)"
-            )
+def check_manifest(manifest: dict, settings: dict, what: str) -> None:
+    """Refuse a manifest whose recorded settings are not ``settings`` (:func:`mlpmem.freshness.check` over the
+    settings' keys: the rest of a manifest is its progress)."""
+    check({k: manifest[k] for k in settings if k in manifest}, settings, what, error=CorruptArtifact)
 
 
 def resume_manifest(out_dir: Path, settings: dict, what: str, fresh: dict) -> dict:
@@ -149,7 +146,7 @@ def resume_manifest(out_dir: Path, settings: dict, what: str, fresh: dict) -> di
     path = Path(out_dir) / MANIFEST
     if path.exists():
         manifest = read_json(path, what)
-        compare_settings(manifest, settings, f"{what} {out_dir}")
+        check_manifest(manifest, settings, f"{what} {out_dir}")
         for shard in manifest["shards"]:  # a resumed build trusts only shards that still verify
             for entry in shard["files"].values():
                 load_array(out_dir, entry, verify=True, what=f"{what} {out_dir}")

@@ -6,6 +6,7 @@ for several processes); :func:`main` prints the result as one ``RESULT {json}`` 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import resource
@@ -17,6 +18,7 @@ from mlpmem.corpora.documents import read_documents, split_files, tokenize_docum
 from mlpmem.datastore import build_keystore
 from mlpmem.pipeline.config import PipelineConfig
 from mlpmem.pipeline.corpus import corpus_folder, split_tokens
+from mlpmem.pipeline.datastore import keystore_config
 from mlpmem.pipeline.run import Run
 from mlpmem.pipeline.teacher import teacher_config
 from mlpmem.teacher import build_teacher
@@ -46,10 +48,8 @@ def worker_stage(config: str, run_dir: str, tokens: int, stage: str) -> dict:
         model, tokenizer = run.backbone
         dist.barrier()
         t0 = time.perf_counter()
-        manifest = build_keystore(model, tokenizer, docs, run.path("datastore"), layer=cfg.backbone.layer,
-                                  site=cfg.backbone.site, block_size=cfg.corpus.block_size, stride=cfg.corpus.stride,
-                                  batch_size=cfg.datastore.batch_size, batches_per_shard=1,
-                                  precision=cfg.backbone.precision, progress=False, dist=dist)
+        config = dataclasses.replace(keystore_config(cfg), batches_per_shard=1, pack=False)
+        manifest = build_keystore(config, model, tokenizer, docs, run.path("datastore"), progress=False, dist=dist)
     else:
         dist.barrier()
         t0 = time.perf_counter()
@@ -70,10 +70,9 @@ def worker_corpus(run_dir: str, mode: str) -> dict:
     if mode == "stream":
         shutil.rmtree(run.path("tokens"), ignore_errors=True)  # tokenizing is part of what is measured
         docs = split_tokens(run, "train")
-        rows = build_keystore(model, tokenizer, docs, run.path("datastore"), layer=cfg.backbone.layer,
-                              site=cfg.backbone.site, block_size=cfg.corpus.block_size, stride=cfg.corpus.stride,
-                              batch_size=cfg.datastore.batch_size, batches_per_shard=cfg.datastore.batches_per_shard,
-                              precision=cfg.backbone.precision, rebuild=True, progress=False)["rows"]
+        config = dataclasses.replace(keystore_config(cfg), pack=False)
+        rows = build_keystore(config, model, tokenizer, docs, run.path("datastore"), rebuild=True,
+                              progress=False)["rows"]
     else:
         docs = tokenize_documents(read_documents(split_files(corpus_folder(run))["train"]), tokenizer)
         rows = sum(len(d) - 1 for d in docs)
