@@ -30,7 +30,7 @@ from mlpmem.utils.distributed import remove_build
 from mlpmem.utils.lock import folder_lock
 from mlpmem.utils.shards import temporary
 
-TINY = "configs/tiny.yaml"
+TINY = "tiny"
 
 
 @pytest.fixture(scope="module")

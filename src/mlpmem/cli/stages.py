@@ -29,7 +29,6 @@ from mlpmem.reporting.run_report import (
 )
 from mlpmem.utils.shards import read_json
 
-CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 RESULTS = "run results (run `mlpmem eval` first)"
 
 
@@ -108,11 +107,8 @@ def run(args: argparse.Namespace) -> None:
 
 
 def demo(args: argparse.Namespace) -> None:
-    """``run`` on the shipped default (``--mode full``) or on the quick config, read from the source checkout."""
-    config = CONFIGS / f"{'quick' if args.mode == 'quick' else 'default'}.yaml"
-    if not config.is_file():
-        raise MlpmemError(f"demo config {config} not found (run the demo from a source checkout)")
-    args.config = str(config)
+    """``run`` on a preset shipped inside the package: ``quick`` (``--mode quick``) or ``default`` (``--mode full``)."""
+    args.config = "quick" if args.mode == "quick" else "default"
     run(args)
 
 

@@ -26,7 +26,8 @@ def _names(text: str) -> list[str]:
 
 
 def _config(**options) -> Arg:
-    return Arg("config", help="YAML config (see configs/)", **options)
+    return Arg("config", help="a YAML file, or the name of a preset shipped with mlpmem (tiny, quick, default, ...)",
+               **options)
 
 
 SET = Arg("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -53,7 +54,8 @@ MODEL = Arg("--model", choices="mlpmem.experiments.mosaics.cli:MODELS", default=
 def _maintenance(*extra: Arg) -> tuple[Arg, ...]:
     """The arguments of ``update``, ``forget`` and ``explain``: ``RUN`` and the maintenance settings."""
     return (Arg("run", help="a finished run folder (its config.yaml says how it was built)"), *extra,
-            Arg("--config", help="YAML of the maintenance settings (configs/maintenance/default.yaml)"),
+            Arg("--config", default="maintenance",
+                help="YAML of the maintenance settings, or the name of a preset shipped with mlpmem"),
             Arg("--set", action="append", default=[], metavar="KEY=VALUE",
                 help="override a maintenance setting, e.g. --set update.replay_ratio=2"),
             Arg("--backbone", help="the run's backbone under another name or folder (its fingerprint is checked)"),
@@ -65,7 +67,7 @@ ABORT = Arg("--abort", action="store_true", help="discard an unfinished update o
 
 def _bench(config: str) -> tuple[Arg, ...]:
     """The options shared by ``bench infer`` and ``bench offline``; left out, ``config``'s defaults apply."""
-    return (Arg("config", nargs="?", default="configs/default.yaml", help="YAML config of the finished run to measure"),
+    return (Arg("config", nargs="?", default="default", help="config (YAML or preset) of the finished run to measure"),
             Arg("--threads", type=int, help="torch/FAISS threads (default: all cores)"),
             Arg("--repeats", type=int, default_from=config, help="timed repetitions (after the warm-up)"),
             Arg("--out", dest="out_dir", default_from=config, help="output folder"),
@@ -97,7 +99,7 @@ PIPELINE = [
         Arg("--sample", action="store_true", help="nucleus sampling instead of greedy decoding"))),
     Command("demo", "", f"{STAGES}:demo", "the whole pipeline on the shipped default", (
         Arg("--mode", choices=("quick", "full"), default="quick",
-            help="configs/quick.yaml (minutes) or configs/default.yaml"),
+            help="the preset run: quick (minutes) or default"),
         SET, REBUILD, QUIET)),
     Command("corpora", "", f"{TOOLS}:corpora", "list the shipped corpora"),
     Command("prepare-corpus", "", f"{TOOLS}:prepare_corpus",
@@ -256,7 +258,7 @@ EXPERIMENTS = [
                     help="folder of lm-eval-contexts.md and .json"))),
     Command("scale", "bench", "mlpmem.experiments.bench.scale.run:main_from_args",
             "1 vs N processes, peak RSS against datastore size, resume vs rerun", (
-                Arg("config", nargs="?", default="configs/quick.yaml", help="config whose corpus/backbone to use"),
+                Arg("config", nargs="?", default="quick", help="config (YAML or preset) whose corpus/backbone to use"),
                 Arg("--out", default="runs/scale", help="work folder (datastores, teachers, results)"),
                 Arg("--tokens", type=int, default=2048, help="training tokens for the 1-vs-N process runs (0: skip)"),
                 Arg("--processes", default="1,2", help="process counts to compare"),

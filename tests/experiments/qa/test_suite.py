@@ -11,6 +11,7 @@ from helpers.corpus import corpus_text
 from helpers.encoders import BagOfWordsEncoder
 from mlpmem.baselines.methods import METHODS
 from mlpmem.cli import main
+from mlpmem.config import read_yaml
 from mlpmem.errors import MlpmemError
 from mlpmem.experiments.qa.config import QASuiteConfig
 from mlpmem.experiments.qa.per_item import item_scores, without_per_item
@@ -31,7 +32,7 @@ def qa_setup(tmp_path, tiny_backbone_dir, monkeypatch):
     monkeypatch.setattr(rag, "load_encoder", lambda device="cpu": BagOfWordsEncoder())
     archive = write_archive(tmp_path / "bigbench-1.0.0.tar.gz", BIGBENCH)
     monkeypatch.setenv("MLPMEM_BIGBENCH_ARCHIVE", str(archive))
-    tiny = yaml.safe_load(open("configs/tiny.yaml"))
+    tiny = read_yaml("tiny")
     tiny["backbone"]["name"] = str(tiny_backbone_dir)
     tiny["train"]["epochs"] = 1
     (tmp_path / "memory.yaml").write_text(yaml.safe_dump(tiny))

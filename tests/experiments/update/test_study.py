@@ -24,7 +24,7 @@ ROWS = {"qa_added_update_vs_retrain", "qa_old_after_update_vs_before", "cost_upd
 
 
 def test_the_presets_load_and_bad_values_are_one_line_errors():
-    assert load_maintenance_config(CONFIGS / "maintenance" / "default.yaml") == MaintenanceConfig()
+    assert load_maintenance_config("maintenance") == MaintenanceConfig()
     study = load_study_config(CONFIGS / "maintenance" / "study.yaml")
     assert study.synthetic["num_entities"] == 120
     train = PipelineConfig.from_yaml(study.pipeline, study.pipeline_set).train  # the recipe its report measured
@@ -53,7 +53,7 @@ def test_the_presets_load_and_bad_values_are_one_line_errors():
 def test_a_tiny_study_writes_its_table(tmp_path, tiny_backbone_dir, capsys):
     config = tmp_path / "study.yaml"
     config.write_text(yaml.safe_dump({
-        "pipeline": str(CONFIGS / "tiny.yaml"), "pipeline_set": [f"backbone.name={tiny_backbone_dir}"],
+        "pipeline": "tiny", "pipeline_set": [f"backbone.name={tiny_backbone_dir}"],
         "synthetic": {"num_entities": 16, "held_out_fraction": 0.25, "paraphrases": 1, "seed": 0},
         "arriving_fraction": 0.25, "batches": 2, "forget_fraction": 0.2, "forget_probes": True, "questions": 8,
         "distractors": 3,
