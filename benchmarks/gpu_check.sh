@@ -22,9 +22,9 @@ SET=(--set backbone.name=/tmp/rb-smollm2 --set run_dir=/tmp/runs/quick-gpu)
 stage() { local name=$1 limit=$2; shift 2; local t0=$SECONDS
   timeout "$limit" "$@" > "/tmp/$name.log" 2>&1; local rc=$?
   echo "$name rc=$rc seconds=$((SECONDS - t0))" | tee -a "$OUT/stages.txt"; tail -25 "/tmp/$name.log"; }
-stage run 90 python3 -m mlpmem.cli run configs/quick.yaml "${SET[@]}" --quiet
-stage offline 60 python3 -m mlpmem.cli bench offline configs/quick.yaml "${SET[@]}" --out /tmp/bench/offline --quiet
-stage infer 60 python3 -m mlpmem.cli bench infer configs/quick.yaml "${SET[@]}" --methods backbone,memory \
+stage run 90 python3 -m mlpmem.cli run quick "${SET[@]}" --quiet
+stage offline 60 python3 -m mlpmem.cli bench offline quick "${SET[@]}" --out /tmp/bench/offline --quiet
+stage infer 60 python3 -m mlpmem.cli bench infer quick "${SET[@]}" --methods backbone,memory \
   --no-ladder --batch-sizes 1,8 --out /tmp/bench/infer --quiet
 # PYTEST_ARGS: a subset of the suite (default: all of it)
 stage pytest "${PYTEST_LIMIT:-200}" python3 -m pytest -n 8 --dist loadscope -p no:cacheprovider -q -rf --tb=line \

@@ -81,7 +81,7 @@ def main() -> None:
             lines.append(f"- run {i}: {len(r['pytest_failed'])} tests failed in the part of the suite that ran.")
     lines += [f"- {note}" for note in args.note]
     if timed:
-        lines += ["", "## Quick pipeline stages on the GPU (`configs/quick.yaml`, 40k training tokens)", "",
+        lines += ["", "## Quick pipeline stages on the GPU (the `quick` preset, 40k training tokens)", "",
                   *throughput_rows(timed["timings"]), "",
                   "The quick preset extracts keys in batches of 4 windows and trains 94 steps: sizes for 2 CPU cores, "
                   "far too small to load an H200; the figures are what a user gets from that preset there."]

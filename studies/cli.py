@@ -30,7 +30,7 @@ KNN = "studies.bench.knn_setup:KnnSetupConfig"
 
 def bench_args(config: str) -> tuple[Arg, ...]:
     """The options shared by ``bench infer`` and ``bench offline``; left out, ``config``'s defaults apply."""
-    return (Arg("config", nargs="?", default="configs/default.yaml", help="YAML config of the finished run to measure"),
+    return (Arg("config", nargs="?", default="default", help="config (YAML or preset) of the finished run to measure"),
             Arg("--threads", type=int, help="torch/FAISS threads (default: all cores)"),
             Arg("--repeats", type=int, default_from=config, help="timed repetitions (after the warm-up)"),
             Arg("--out", dest="out_dir", default_from=config, help="output folder"),
@@ -151,7 +151,7 @@ COMMANDS = (
                     help="folder of lm-eval-contexts.md and .json"))),
     Command("scale", "bench", "studies.bench.scale.run:main_from_args",
             "1 vs N processes, peak RSS against datastore size, resume vs rerun", (
-                Arg("config", nargs="?", default="configs/quick.yaml", help="config whose corpus/backbone to use"),
+                Arg("config", nargs="?", default="quick", help="config (YAML or preset) whose corpus/backbone to use"),
                 Arg("--out", default="runs/scale", help="work folder (datastores, teachers, results)"),
                 Arg("--tokens", type=int, default=2048, help="training tokens for the 1-vs-N process runs (0: skip)"),
                 Arg("--processes", default="1,2", help="process counts to compare"),

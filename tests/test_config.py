@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from mlpmem.config import Config, from_dict
+from mlpmem.config import Config, from_dict, read_yaml
 from mlpmem.errors import ConfigError
 
 
@@ -51,3 +51,20 @@ def test_an_optional_sections_own_error_names_the_cause():
         from_dict(Outer, {"optional": {"sise": 1}})
     with pytest.raises(ConfigError, match="must be Inner or NoneType, got 3"):  # not a mapping: either type
         from_dict(Outer, {"optional": 3})
+
+
+def test_a_key_given_twice_is_a_one_line_error_naming_it(tmp_path):
+    path = tmp_path / "twice.yaml"
+    path.write_text("rate: 0.1\ninner:\n  size: 2\n  size: 3\n")
+    with pytest.raises(ConfigError, match=r"twice\.yaml: key 'size' appears twice in one mapping \(line 4\)") as exc:
+        read_yaml(path)
+    assert "\n" not in str(exc.value)
+    path.write_text("rate: 0.1\nrate: 0.2\n")
+    with pytest.raises(ConfigError, match="key 'rate' appears twice"):
+        Outer.from_yaml(path)
+    path.write_text("rate: 0.1\ninner: {size: 2}\n")  # the same key in two mappings is fine
+    assert Outer.from_yaml(path).inner.size == 2
+    path.write_text("base: &base {size: 2}\ninner:\n  <<: *base\n  size: 3\n")  # overriding a merged key is fine
+    assert read_yaml(path)["inner"] == {"size": 3}
+    with pytest.raises(ConfigError, match=r"override 'inner=\{size: 1, size: 2\}': key 'size' appears twice"):
+        Outer.from_yaml(path, ["inner={size: 1, size: 2}"])

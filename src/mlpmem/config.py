@@ -6,8 +6,9 @@ against its type hint (``int`` stays an int, ``Literal[...]`` options are enforc
 YAML 1.1 reads as a string, becomes the float it means) and then runs the class's own ``validate()``. A
 wrong value is a one-line :class:`~mlpmem.errors.ConfigError` naming the key.
 
-YAML files are parsed with ``yaml.safe_load``; unknown keys are errors (a typo never silently falls back to
-a default), and keys that moved name their new place (``Config.moved``).
+YAML files are parsed with ``yaml.safe_load``; unknown keys and a key given twice in one mapping are errors (a
+typo never silently falls back to a default, and no value is silently dropped). A config argument is the path of a
+YAML file or the name of a preset shipped inside the package (``mlpmem/configs/<name>.yaml``, e.g. ``quick``).
 """
 
 from __future__ import annotations
@@ -16,14 +17,57 @@ import dataclasses
 import re
 import types
 import typing
+from importlib import resources
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import yaml
 
 from mlpmem.errors import ConfigError
 
 _FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+PRESETS = "configs"
+"""The folder of the presets inside the package: ``mlpmem/configs/<name>.yaml``."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping holding the same key twice (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<: *base``: keys given here override the merged ones
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, typing.Hashable):
+                continue  # the base class refuses it in its own words
+            if key in seen:
+                raise ConfigError(f"key {key!r} appears twice in one mapping (line {key_node.start_mark.line + 1})")
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml(text: str):
+    """``text`` parsed as ``yaml.safe_load`` does, but a key given twice in a mapping is a :class:`ConfigError`."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no Python objects
+
+
+def presets() -> list[str]:
+    """The names of the presets shipped inside the package."""
+    folder = resources.files("mlpmem") / PRESETS
+    return sorted(f.name.removesuffix(".yaml") for f in folder.iterdir() if f.name.endswith(".yaml"))
+
+
+def config_path(config: str | Path) -> Path:
+    """The YAML file a config argument names: a path (it has a ``/`` or ends in ``.yaml``/``.yml``), or else the
+    name of a preset shipped inside the package (``quick`` is ``mlpmem/configs/quick.yaml``)."""
+    text = str(config)
+    if "/" in text or "\\" in text or text.endswith((".yaml", ".yml")):
+        return Path(config)
+    if text not in presets():
+        raise ConfigError(f"config {text!r} is neither a YAML file path (with a '/' or ending in .yaml) nor a preset "
+                          f"({', '.join(presets())})")
+    return Path(str(resources.files("mlpmem") / PRESETS / f"{text}.yaml"))
 
 
 def _type_name(hint) -> str:
@@ -100,9 +144,6 @@ def check_value(value: Any, hint, where: str) -> Any:
 class Config:
     """Base of every configuration dataclass: type-checked fields, then ``validate()``."""
 
-    moved: ClassVar[dict[str, str]] = {}
-    """Old key -> where it lives now (``{"num_layers": "memory.num_layers"}``): an old YAML gets a clear error."""
-
     def __post_init__(self):
         hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):
@@ -123,7 +164,8 @@ class Config:
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: list[str] | None = None):
-        """Read ``path`` (YAML), apply dotted ``key.sub=value`` overrides, build and check the config."""
+        """Read ``path`` (a YAML file or a preset name), apply dotted ``key.sub=value`` overrides, build and check
+        the config."""
         raw = read_yaml(path)
         for item in overrides or []:
             apply_override(raw, item)
@@ -134,15 +176,19 @@ class Config:
 
 
 def read_yaml(path: str | Path) -> dict:
-    """A YAML mapping from ``path``; a missing file, bad YAML, an empty file or a non-mapping are errors."""
-    if Path(path).is_dir():
-        raise ConfigError(f"config file {path} is a folder, not a YAML file (e.g. configs/quick.yaml)")
+    """A YAML mapping from ``path`` (a file or a preset name, see :func:`config_path`); a missing file, bad YAML, a
+    key given twice, an empty file or a non-mapping are errors."""
+    path = config_path(path)
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a folder, not a YAML file (e.g. my-config.yaml, or a preset: quick)")
     try:
-        raw = yaml.safe_load(Path(path).read_text())
+        raw = load_yaml(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"config file {path} not found") from None
     except UnicodeDecodeError:
         raise ConfigError(f"config file {path} is not a text file (not UTF-8)") from None
+    except ConfigError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
     if raw is None:
@@ -164,7 +210,10 @@ def apply_override(raw: dict, item: str) -> None:
         if not isinstance(child, dict):
             raise ConfigError(f"override {item!r}: {part} is a value, not a section")
         node = child
-    node[leaf] = yaml.safe_load(value)
+    try:
+        node[leaf] = load_yaml(value)
+    except (ConfigError, yaml.YAMLError) as exc:
+        raise ConfigError(f"override {item!r}: {str(exc).splitlines()[0]}") from None
 
 
 def from_dict(cls, raw: dict, where: str = ""):
@@ -173,10 +222,6 @@ def from_dict(cls, raw: dict, where: str = ""):
     if not isinstance(raw, dict):
         raise ConfigError(f"config section {section} must be a mapping, got {raw!r}")
     names = {f.name for f in dataclasses.fields(cls) if f.init}
-    moved = getattr(cls, "moved", {})
-    for key in raw:
-        if key in moved and key not in names:
-            raise ConfigError(f"config key {where + '.' if where else ''}{key} moved to {moved[key]}")
     unknown = set(raw) - names
     if unknown:
         raise ConfigError(f"unknown config key(s) {sorted(unknown)} in {section} ({cls.__name__})")

@@ -16,5 +16,5 @@ def tasks(tmp_path_factory):
 
 @pytest.fixture()
 def run_dir(tiny_run):
-    """The session's finished tiny run (``mlpmem run configs/tiny.yaml`` on the tiny backbone), read only."""
+    """The session's finished tiny run (``mlpmem run tiny`` on the tiny backbone), read only."""
     return tiny_run

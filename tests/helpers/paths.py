@@ -6,4 +6,3 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
-CONFIGS = ROOT / "configs"

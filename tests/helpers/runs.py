@@ -12,11 +12,11 @@ import mlpmem.utils.shards
 from helpers.corpus import write_corpus
 from mlpmem.cli import main
 
-TINY = "configs/tiny.yaml"
+TINY = "tiny"
 
 
 def finished_tiny_run(root: Path, backbone_dir: str | Path, documents: int = 10) -> Path:
-    """``mlpmem run configs/tiny.yaml`` on the tiny backbone over a ``documents``-document corpus, in ``root/run``."""
+    """``mlpmem run tiny`` on the tiny backbone over a ``documents``-document corpus, in ``root/run``."""
     corpus = write_corpus(root / "corpus", documents)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(mlpmem.utils.shards, "FSYNC", False)

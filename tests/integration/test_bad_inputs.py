@@ -342,7 +342,7 @@ def test_unsafe_yaml_is_refused(tmp_path):
 
 
 def test_paths_cannot_escape_the_run_folder(tmp_path):
-    cfg = PipelineConfig.from_yaml(ROOT / "configs" / "tiny.yaml", [f"run_dir={tmp_path / 'run'}"])
+    cfg = PipelineConfig.from_yaml("tiny", [f"run_dir={tmp_path / 'run'}"])
     run = Run(cfg, progress=False)
     assert run.path("teacher", "index") == tmp_path / "run" / "teacher" / "index"
     for parts in (("..", "elsewhere"), ("datastore", "..", "..", "x"), ("/etc",)):

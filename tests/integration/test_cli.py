@@ -13,14 +13,6 @@ from mlpmem.errors import ConfigError
 from mlpmem.pipeline.config import PipelineConfig
 from studies.cli import main as studies_main
 
-CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
-
-
-@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
-def test_every_preset_loads(path):
-    cfg = PipelineConfig.from_yaml(path)
-    assert cfg.run_dir
-
 
 def test_config_errors(tmp_path):
     bad = tmp_path / "bad.yaml"
@@ -38,7 +30,7 @@ def test_config_errors(tmp_path):
 @pytest.fixture()
 def tiny_run(tmp_path, tiny_backbone_dir):
     corpus = write_corpus(tmp_path / "corpus", 10)
-    return ["configs/tiny.yaml", "--quiet", "--set", f"run_dir={tmp_path / 'run'}",
+    return ["tiny", "--quiet", "--set", f"run_dir={tmp_path / 'run'}",
             "--set", f"backbone.name={tiny_backbone_dir}", "--set", f"corpus.path={corpus}"]
 
 
@@ -92,7 +84,7 @@ def test_cli_errors_are_one_line(tiny_run, capsys):
 def test_cli_empty_corpus(tmp_path, tiny_backbone_dir, capsys):
     corpus = tmp_path / "c.txt"
     corpus.write_text("")
-    code = main(["datastore", "configs/tiny.yaml", "--quiet", "--set", f"run_dir={tmp_path / 'r'}",
+    code = main(["datastore", "tiny", "--quiet", "--set", f"run_dir={tmp_path / 'r'}",
                  "--set", f"backbone.name={tiny_backbone_dir}", "--set", f"corpus.path={corpus}"])
     assert code == 2 and "empty" in capsys.readouterr().err
 
@@ -100,7 +92,7 @@ def test_cli_empty_corpus(tmp_path, tiny_backbone_dir, capsys):
 def test_cli_corpus_shorter_than_one_block(tmp_path, tiny_backbone_dir, capsys):
     corpus = tmp_path / "c.txt"
     corpus.write_text("The keeper.")
-    code = main(["datastore", "configs/tiny.yaml", "--quiet", "--set", f"run_dir={tmp_path / 'r'}",
+    code = main(["datastore", "tiny", "--quiet", "--set", f"run_dir={tmp_path / 'r'}",
                  "--set", f"backbone.name={tiny_backbone_dir}", "--set", f"corpus.path={corpus}",
                  "--set", "corpus.validation_fraction=0", "--set", "corpus.test_fraction=0"])
     assert code == 2 and "shorter than one block" in capsys.readouterr().err

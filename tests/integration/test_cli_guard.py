@@ -17,7 +17,7 @@ from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.memory import MemoryConfig, MLPMemory
 from mlpmem.pipeline.config import PipelineConfig
 
-TINY = "configs/tiny.yaml"
+TINY = "tiny"
 
 
 def error_line(capsys, code: int, *words) -> str:
@@ -89,10 +89,10 @@ def test_every_user_mistake_is_one_line(case, base, tmp_path, capsys):
 
 
 def test_yaml_1e_3_is_the_float_it_means_and_a_bad_key_is_named(tmp_path):
-    cfg = PipelineConfig.from_yaml(ROOT / TINY, ["train.lr=1e-3"])
+    cfg = PipelineConfig.from_yaml(TINY, ["train.lr=1e-3"])
     assert cfg.train.lr == 0.001
     with pytest.raises(ConfigError, match="train.lr"):
-        PipelineConfig.from_yaml(ROOT / TINY, ["train.lr=fast"])
+        PipelineConfig.from_yaml(TINY, ["train.lr=fast"])
 
 
 def test_a_corrupt_shard_of_a_finished_datastore_says_how_to_repair_it(base, tmp_path, capsys):

@@ -20,9 +20,10 @@ import yaml
 from safetensors.torch import load_file, save_file
 
 from helpers.fast import quiet_and_fast  # noqa: F401 (autouse: no fsync, one thread)
-from helpers.paths import ROOT, SRC
+from helpers.paths import SRC
 from helpers.runs import copy_run, corpus_of
 from mlpmem.cli import main
+from mlpmem.config import read_yaml
 from mlpmem.errors import CorruptArtifact, RunBusy
 from mlpmem.pipeline.records import MEMORY_FILES, record_memory
 from mlpmem.utils.checksums import check_finite, record_folder, verify_weights
@@ -30,7 +31,7 @@ from mlpmem.utils.distributed import remove_build
 from mlpmem.utils.lock import folder_lock
 from mlpmem.utils.shards import temporary
 
-TINY = "configs/tiny.yaml"
+TINY = "tiny"
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +192,7 @@ def test_flipped_bytes_in_a_datastore_shard_are_refused_by_eval_with_the_repair(
 
 def test_a_user_config_in_the_run_folder_is_never_rewritten(run, finished):
     folder, _ = run
-    raw = yaml.safe_load((ROOT / TINY).read_text())
+    raw = read_yaml(TINY)
     raw["run_dir"] = str(folder)
     raw["backbone"]["name"], raw["corpus"]["path"] = finished[2], finished[3]
     user = folder / "config.yaml"

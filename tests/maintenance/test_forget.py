@@ -68,7 +68,7 @@ def test_forgetting_from_a_run_of_few_large_shards(tmp_path, tiny_backbone_dir):
     """Every shard rewritten (datastore and teacher) and every teacher shard searched again: each takes a new file
     number, more than twice the shard count."""
     folder = tmp_path / "big-shards"
-    assert main(["run", "configs/tiny.yaml", "--quiet", "--set", f"backbone.name={tiny_backbone_dir}", "--set",
+    assert main(["run", "tiny", "--quiet", "--set", f"backbone.name={tiny_backbone_dir}", "--set",
                  f"corpus.path={write_corpus(tmp_path / 'corpus', 10)}", "--set", f"run_dir={folder}",
                  "--set", "datastore.batches_per_shard=64"]) == 0
     docs = ledger_documents(folder)

@@ -159,7 +159,7 @@ def test_update_and_forget_with_an_approximate_teacher_index(tmp_path, tiny_back
 
     corpus = write_corpus(tmp_path / "corpus", 10)
     run_dir = tmp_path / "run"
-    assert main(["run", "configs/tiny.yaml", "--quiet", "--set", f"backbone.name={tiny_backbone_dir}", "--set",
+    assert main(["run", "tiny", "--quiet", "--set", f"backbone.name={tiny_backbone_dir}", "--set",
                  f"corpus.path={corpus}", "--set", f"run_dir={run_dir}", "--set", "teacher.index.kind=ivf_flat",
                  "--set", "teacher.index.nprobe=4"]) == 0
     before = state(run_dir)

@@ -1,33 +1,22 @@
-"""The code's defaults are the default preset, keys that moved name their new place, YAML floats are floats."""
+"""The code's defaults are the default preset, YAML floats are floats, the memory and train options are checked."""
 
 import typing
 
 import pytest
 
-from helpers.paths import CONFIGS
 from mlpmem.errors import ConfigError
 from mlpmem.memory.config import INITS, PRESET_LAYERS, MemoryConfig
 from mlpmem.pipeline.config import PipelineConfig
-from mlpmem.training.config import TrainConfig
 
 
 def test_code_defaults_equal_the_default_preset():
-    assert PipelineConfig().to_dict() == PipelineConfig.from_yaml(CONFIGS / "default.yaml").to_dict()
+    assert PipelineConfig().to_dict() == PipelineConfig.from_yaml("default").to_dict()
 
 
-@pytest.mark.parametrize("key", sorted(TrainConfig.moved))
-def test_a_moved_train_key_names_its_new_place(tmp_path, key):
-    old = tmp_path / "old.yaml"
-    old.write_text(f"train: {{{key}: 2}}\n")
-    with pytest.raises(ConfigError, match=rf"train\.{key} moved to memory\.{key}") as exc:
-        PipelineConfig.from_yaml(old)
-    assert "\n" not in str(exc.value)
-
-
-def test_a_moved_key_as_an_override():
-    with pytest.raises(ConfigError, match=r"memory\.num_layers"):
-        PipelineConfig.from_yaml(CONFIGS / "default.yaml", ["train.num_layers=3"])
-    cfg = PipelineConfig.from_yaml(CONFIGS / "default.yaml", ["memory.num_layers=3"])
+def test_the_memory_keys_live_in_the_memory_section():
+    with pytest.raises(ConfigError, match=r"unknown config key\(s\) \['num_layers'\] in train"):
+        PipelineConfig.from_yaml("default", ["train.num_layers=3"])
+    cfg = PipelineConfig.from_yaml("default", ["memory.num_layers=3"])
     assert cfg.memory.num_layers == 3
 
 

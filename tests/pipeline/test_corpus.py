@@ -18,7 +18,7 @@ from mlpmem.pipeline.run import Run
 @pytest.fixture()
 def run(tmp_path, tiny_backbone_dir):
     corpus = write_corpus(tmp_path / "corpus", 10)
-    cfg = PipelineConfig.from_yaml("configs/tiny.yaml", [f"run_dir={tmp_path / 'run'}", f"corpus.path={corpus}",
+    cfg = PipelineConfig.from_yaml("tiny", [f"run_dir={tmp_path / 'run'}", f"corpus.path={corpus}",
                                                          f"backbone.name={tiny_backbone_dir}"])
     return Run(cfg, progress=False)
 

@@ -26,7 +26,7 @@ from mlpmem.pipeline.corpus import split_tokens
 from mlpmem.pipeline.run import Run
 from mlpmem.utils.shards import read_json
 
-TINY = "configs/tiny.yaml"
+TINY = "tiny"
 
 
 @pytest.fixture(scope="module")

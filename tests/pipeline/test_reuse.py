@@ -10,7 +10,6 @@ import pytest
 import yaml
 
 import mlpmem.utils.shards
-from helpers.paths import CONFIGS
 from helpers.runs import TINY, copy_run
 from mlpmem.cli import main
 from mlpmem.errors import ConfigError
@@ -80,14 +79,14 @@ def test_bad_sources_are_one_line_errors(source, tmp_path, capsys):
 
 
 def test_the_converged_preset_can_take_the_scaling_series_stages():
-    """configs/converged.yaml builds its datastore, kNN-LM lists and teacher from exactly the settings of the
+    """The converged preset builds its datastore, kNN-LM lists and teacher from exactly the settings of the
     largest run of the all-plays scaling series its comments name, so ``--reuse-from`` takes them."""
     from mlpmem.pipeline.config import PipelineConfig
     from mlpmem.pipeline.records import OWN
     from studies.data_scaling import size_config
 
-    converged = PipelineConfig.from_yaml(f"{CONFIGS}/converged.yaml").to_dict()
-    largest = size_config(PipelineConfig.from_yaml(f"{CONFIGS}/default.yaml", ["corpus.options.n_train=35"]), 0,
+    converged = PipelineConfig.from_yaml("converged").to_dict()
+    largest = size_config(PipelineConfig.from_yaml("default", ["corpus.options.n_train=35"]), 0,
                           Path("runs/data-scaling-35")).to_dict()
     for section in (*OWN["datastore"], *OWN["knnlm"], *OWN["teacher"]):
         assert converged[section] == largest[section], section

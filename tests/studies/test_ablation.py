@@ -23,7 +23,7 @@ def tiny_run(tmp_path, tiny_backbone_dir):
     from mlpmem.pipeline.teacher import stage_teacher
 
     corpus = write_corpus(tmp_path / "corpus", 10)
-    cfg = PipelineConfig.from_yaml("configs/tiny.yaml", [f"run_dir={tmp_path / 'run'}",
+    cfg = PipelineConfig.from_yaml("tiny", [f"run_dir={tmp_path / 'run'}",
                                                          f"backbone.name={tiny_backbone_dir}",
                                                          f"corpus.path={corpus}", "train.epochs=1"])
     run = Run(cfg, progress=False)

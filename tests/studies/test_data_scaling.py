@@ -7,7 +7,6 @@ import json
 import pytest
 
 from helpers.corpus import write_corpus
-from helpers.paths import ROOT
 from mlpmem.errors import ConfigError
 from mlpmem.layout import RunLayout
 from mlpmem.pipeline.config import PipelineConfig
@@ -17,7 +16,7 @@ from studies.data_scaling import DataScalingConfig, run_scaling, size_config
 
 
 def test_size_config_caps_only_the_training_split(tmp_path):
-    base = PipelineConfig.from_yaml(ROOT / "configs/quick.yaml")
+    base = PipelineConfig.from_yaml("quick")
     capped = size_config(base, 1000, tmp_path)
     assert capped.corpus.max_tokens == {**base.corpus.max_tokens, "train": 1000}
     assert capped.run_dir == str(tmp_path / "runs" / "train-1000")
@@ -31,7 +30,7 @@ def test_two_sizes_end_to_end(tmp_path, tiny_backbone_dir):
     corpus = write_corpus(tmp_path / "corpus", 16)
     overrides = [f"backbone.name={tiny_backbone_dir}", f"corpus.path={corpus}", "train.epochs=1"]
     cfg = DataScalingConfig(train_tokens=[0, 300], out_dir=str(tmp_path / "scaling"))
-    results = run_scaling(str(ROOT / "configs/tiny.yaml"), cfg, overrides, progress=False)
+    results = run_scaling("tiny", cfg, overrides, progress=False)
     sizes = [r["train_tokens"] for r in results["sizes"]]
     assert len(sizes) == 2 and sizes[0] < sizes[1]  # the capped run first, then the whole split
     assert sizes[0] <= 300

@@ -22,7 +22,7 @@ def test_a_variant_reads_what_it_shares_from_the_main_run(tmp_path):
 
 
 def test_overrides_and_folder_names():
-    cfg = PipelineConfig.from_yaml("configs/tiny.yaml")
+    cfg = PipelineConfig.from_yaml("tiny")
     changed = with_overrides(cfg, {"train.alpha": 0.9, "memory.preset": "small", "train.seed": 3})
     assert (changed.train.alpha, changed.train.seed, changed.memory.preset) == (0.9, 3, "small")
     assert cfg.train.alpha != 0.9  # the main run's config is untouched

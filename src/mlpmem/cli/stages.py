@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from mlpmem.compute import model_device
 from mlpmem.errors import MlpmemError
@@ -29,7 +28,6 @@ from mlpmem.reporting.run_report import (
 )
 from mlpmem.utils.shards import read_json
 
-CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 RESULTS = "run results (run `mlpmem eval` first)"
 
 
@@ -111,11 +109,8 @@ def run(args: argparse.Namespace) -> None:
 
 
 def demo(args: argparse.Namespace) -> None:
-    """``run`` on the shipped default (``--mode full``) or on the quick config, read from the source checkout."""
-    config = CONFIGS / f"{'quick' if args.mode == 'quick' else 'default'}.yaml"
-    if not config.is_file():
-        raise MlpmemError(f"demo config {config} not found (run the demo from a source checkout)")
-    args.config = str(config)
+    """``run`` on a preset shipped inside the package: ``quick`` (``--mode quick``) or ``default`` (``--mode full``)."""
+    args.config = "quick" if args.mode == "quick" else "default"
     run(args)
 
 

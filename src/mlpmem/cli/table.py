@@ -12,7 +12,7 @@ GROUPS = {
     "": "the pipeline",
 }
 
-CONFIG = Arg("config", help="YAML config (see configs/)")
+CONFIG = Arg("config", help="a YAML file, or the name of a preset shipped with mlpmem (tiny, quick, default, ...)")
 SET = Arg("--set", action="append", default=[], metavar="KEY=VALUE",
           help="override a config value, e.g. --set teacher.k=256")
 REBUILD = Arg("--rebuild", action="store_true", help="rebuild stages even if complete")
@@ -27,7 +27,8 @@ TOOLS = "mlpmem.cli.tools"
 def _maintenance(*extra: Arg) -> tuple[Arg, ...]:
     """The arguments of ``update``, ``forget`` and ``explain``: ``RUN`` and the maintenance settings."""
     return (Arg("run", help="a finished run folder (its config.yaml says how it was built)"), *extra,
-            Arg("--config", help="YAML of the maintenance settings (configs/maintenance/default.yaml)"),
+            Arg("--config", default="maintenance",
+                help="YAML of the maintenance settings, or the name of a preset shipped with mlpmem"),
             Arg("--set", action="append", default=[], metavar="KEY=VALUE",
                 help="override a maintenance setting, e.g. --set update.replay_ratio=2"),
             Arg("--backbone", help="the run's backbone under another name or folder (its fingerprint is checked)"),
@@ -62,7 +63,7 @@ PIPELINE = [
         Arg("--sample", action="store_true", help="nucleus sampling instead of greedy decoding"))),
     Command("demo", "", f"{STAGES}:demo", "the whole pipeline on the shipped default", (
         Arg("--mode", choices=("quick", "full"), default="quick",
-            help="configs/quick.yaml (minutes) or configs/default.yaml"),
+            help="the preset run: quick (minutes) or default"),
         SET, REBUILD, QUIET)),
     Command("corpora", "", f"{TOOLS}:corpora", "list the shipped corpora"),
     Command("prepare-corpus", "", f"{TOOLS}:prepare_corpus",

@@ -3,7 +3,8 @@
 It lives apart from the pipeline's configuration (:class:`mlpmem.pipeline.config.PipelineConfig` is what built the
 run and stays as it was; the maintenance package reads the pipeline, so the pipeline cannot hold this section
 without an import cycle). It is read through the project's one loader (:class:`mlpmem.config.Config`): a YAML file
-(``configs/maintenance/default.yaml``) and/or dotted ``--set`` overrides such as ``update.replay_ratio=2``.
+(the CLI's default: the preset ``mlpmem/configs/maintenance.yaml``) and/or dotted ``--set`` overrides such as
+``update.replay_ratio=2``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The whole pipeline's configuration: one section a stage (``configs/*.yaml``).
+"""The whole pipeline's configuration: one section a stage (the presets: ``mlpmem/configs/*.yaml``).
 
-Every default is the default preset's, ``configs/default.yaml`` (``tests/pipeline/test_config_defaults.py`` checks that
-``PipelineConfig()`` equals it): a key or section left out of a YAML file is the default preset's. (One
+Every default is the default preset's, ``mlpmem/configs/default.yaml`` (``tests/pipeline/test_config_defaults.py``
+checks that ``PipelineConfig()`` equals it): a key or section left out of a YAML file is the default preset's. (One
 exception: a ``teacher:`` section given in part starts from :class:`TeacherConfig`, the library's own defaults.)
 """
 

@@ -1,13 +1,13 @@
 """The ``train:`` section: how the memory is optimised (loss weight, schedule, batches, precision, sharding).
 
 What the memory *is* (its depth, width, head and initialisation) is the pipeline's ``memory:`` section
-(:class:`mlpmem.memory.config.MemoryConfig`); the keys that used to live here name their new place.
+(:class:`mlpmem.memory.config.MemoryConfig`).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import ClassVar, Literal
+from typing import Literal
 
 from mlpmem.config import Config
 from mlpmem.errors import ConfigError
@@ -21,9 +21,6 @@ RUNTIME_KEYS = ("sharding",)
 
 @dataclass
 class TrainConfig(Config):
-    moved: ClassVar[dict[str, str]] = {name: f"memory.{name}"
-                                       for name in ("preset", "num_layers", "intermediate_size", "tie_head", "init")}
-
     alpha: float = 0.2
     """Weight of the KL to the kNN teacher; ``1 - alpha`` weighs the cross-entropy of the next token (the paper's
     best is about 0.4; 0.2 measured best on the quick and the default corpora, docs/results/default-ablations)."""

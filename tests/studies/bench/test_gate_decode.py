@@ -8,7 +8,7 @@ from helpers.runs import copy_run, corpus_of
 from mlpmem.utils.shards import read_json
 from studies.cli import main
 
-TINY = "configs/tiny.yaml"
+TINY = "tiny"
 
 
 def test_the_gate_with_its_decode_speed(tmp_path, tiny_backbone_dir, tiny_run, monkeypatch, capsys):

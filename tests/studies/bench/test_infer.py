@@ -116,7 +116,7 @@ def test_bench_infer_times_the_gated_memory_beside_the_fixed_one(finished_run):
     backbone = yaml.safe_load(config.read_text())["backbone"]["name"]
     corpus = yaml.safe_load(config.read_text())["corpus"]["path"]
     sets = ["--set", f"backbone.name={backbone}", "--set", f"corpus.path={corpus}"]
-    assert cli_main(["gate", "configs/tiny.yaml", *run, *sets]) == 0
+    assert cli_main(["gate", "tiny", *run, *sets]) == 0
     cfg = InferBenchConfig(prompt_tokens=8, new_tokens=3, batch_sizes=[1], repeats=2, warmup=1, ladder=False,
                            methods=["backbone", "memory", "memory-gate"], out_dir=str(root / "out-gate"), threads=1)
     results = main(str(config), cfg, progress=False)

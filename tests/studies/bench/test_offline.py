@@ -9,6 +9,7 @@ import yaml
 
 from helpers.corpus import write_corpus
 from mlpmem.cli import main as cli_main
+from mlpmem.config import read_yaml
 from mlpmem.errors import ConfigError
 from studies.bench.offline import OfflineBenchConfig, main
 from studies.cli import main as studies_main
@@ -17,7 +18,7 @@ from studies.cli import main as studies_main
 @pytest.fixture()
 def tiny_config(tmp_path, tiny_backbone_dir):
     corpus = write_corpus(tmp_path / "corpus", 12)
-    raw = yaml.safe_load(open("configs/tiny.yaml"))
+    raw = read_yaml("tiny")
     raw.update(run_dir=str(tmp_path / "run"), backbone={**raw["backbone"], "name": str(tiny_backbone_dir)},
                corpus={**raw["corpus"], "path": str(corpus)}, train={**raw["train"], "batch_size": 16})
     path = tmp_path / "tiny.yaml"
@@ -37,7 +38,7 @@ def test_bench_offline_end_to_end(tiny_config, tmp_path):
     assert r["stages"]["train"]["steps"] == 3 and r["stages"]["train"]["flops_per_token"] > 0
     # FlopCounterMode counts at least the head's forward matmul (2 * d * V per token) and less than 10x everything
     assert 2 * 32 * 160 <= r["stages"]["train"]["flops_per_token"]
-    assert r["stages"]["teacher"]["bytes_per_token"] == 6 * 4 + 4  # top_k = 4 in configs/tiny.yaml
+    assert r["stages"]["teacher"]["bytes_per_token"] == 6 * 4 + 4  # top_k = 4 in the tiny preset
     assert 0 < r["train_fraction_of_peak"] and r["teacher_over_keys"] > 0
     assert json.loads((out / "bench-results.json").read_text())["threads"] == 1
     assert "Teacher / key-extraction time" in (out / "bench-report.md").read_text()

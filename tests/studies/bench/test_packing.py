@@ -6,11 +6,12 @@ import json
 
 import yaml
 
+from mlpmem.config import read_yaml
 from studies.bench.packing import LONG, PACKED, UNPACKED, PackingBenchConfig, main
 
 
 def test_bench_packing_end_to_end(tmp_path, tiny_backbone_dir):
-    raw = yaml.safe_load(open("configs/tiny.yaml"))
+    raw = read_yaml("tiny")
     raw.update(run_dir=str(tmp_path / "run"), backbone={**raw["backbone"], "name": str(tiny_backbone_dir)},
                corpus={**raw["corpus"], "block_size": 512, "stride": 256})  # several facts per row
     config = tmp_path / "tiny.yaml"

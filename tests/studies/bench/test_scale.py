@@ -35,7 +35,7 @@ def test_markdown_reports_every_measured_part():
 def test_corpus_size_workers_see_the_repeated_split(tmp_path, tiny_backbone_dir):
     corpus = write_corpus(tmp_path / "raw", 10)
     sets = [f"corpus.path={corpus}", f"backbone.name={tiny_backbone_dir}"]
-    once, thrice = (worker_corpus(str(repeated_corpus("configs/tiny.yaml", tmp_path / f"x{r}", r, sets)), "stream")
+    once, thrice = (worker_corpus(str(repeated_corpus("tiny", tmp_path / f"x{r}", r, sets)), "stream")
                     for r in (1, 3))
     assert thrice["tokens"] == 3 * once["tokens"] > 0 and thrice["peak_rss_mb"] > 0
     assert worker_corpus(str(tmp_path / "x3" / "run"), "in-ram")["tokens"] == thrice["tokens"]

@@ -10,6 +10,7 @@ from helpers.bigbench import write_archive
 from helpers.corpus import corpus_text
 from helpers.encoders import BagOfWordsEncoder
 from mlpmem.baselines.methods import METHODS
+from mlpmem.config import read_yaml
 from mlpmem.errors import MlpmemError
 from studies.cli import main
 from studies.qa.config import QASuiteConfig
@@ -36,7 +37,7 @@ def qa_setup(tmp_path, tiny_backbone_dir, monkeypatch):
     monkeypatch.setattr(rag, "load_encoder", lambda device="cpu": BagOfWordsEncoder())
     archive = write_archive(tmp_path / "bigbench-1.0.0.tar.gz", BIGBENCH)
     monkeypatch.setenv("MLPMEM_BIGBENCH_ARCHIVE", str(archive))
-    tiny = yaml.safe_load(open("configs/tiny.yaml"))
+    tiny = read_yaml("tiny")
     tiny["backbone"]["name"] = str(tiny_backbone_dir)
     tiny["train"]["epochs"] = 1
     (tmp_path / "memory.yaml").write_text(yaml.safe_dump(tiny))

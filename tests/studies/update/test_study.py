@@ -11,7 +11,7 @@ import yaml
 
 from helpers.fast import quiet_and_fast  # noqa: F401 (autouse: no fsync, one thread)
 from helpers.maintenance import digest
-from helpers.paths import CONFIGS, ROOT
+from helpers.paths import ROOT
 from mlpmem.errors import ConfigError
 from mlpmem.maintenance.config import MaintenanceConfig, load_maintenance_config
 from mlpmem.pipeline.config import PipelineConfig
@@ -25,7 +25,7 @@ ROWS = {"qa_added_update_vs_retrain", "qa_old_after_update_vs_before", "cost_upd
 
 
 def test_the_presets_load_and_bad_values_are_one_line_errors():
-    assert load_maintenance_config(CONFIGS / "maintenance" / "default.yaml") == MaintenanceConfig()
+    assert load_maintenance_config("maintenance") == MaintenanceConfig()
     study = load_study_config(STUDY_CONFIGS / "study.yaml")
     assert study.synthetic["num_entities"] == 120
     train = PipelineConfig.from_yaml(study.pipeline, study.pipeline_set).train  # the recipe its report measured
@@ -54,7 +54,7 @@ def test_the_presets_load_and_bad_values_are_one_line_errors():
 def test_a_tiny_study_writes_its_table(tmp_path, tiny_backbone_dir, capsys):
     config = tmp_path / "study.yaml"
     config.write_text(yaml.safe_dump({
-        "pipeline": str(CONFIGS / "tiny.yaml"), "pipeline_set": [f"backbone.name={tiny_backbone_dir}"],
+        "pipeline": "tiny", "pipeline_set": [f"backbone.name={tiny_backbone_dir}"],
         "synthetic": {"num_entities": 16, "held_out_fraction": 0.25, "paraphrases": 1, "seed": 0},
         "arriving_fraction": 0.25, "batches": 2, "forget_fraction": 0.2, "forget_probes": True, "questions": 8,
         "distractors": 3,
