@@ -164,13 +164,13 @@ def test_generate_sampling_and_beam_search_run(family):
     assert beams.shape == (3, ids.shape[1] + 5)
 
 
-def test_set_lambda_and_out_of_range():
+def test_lambda_setter_and_out_of_range():
     mlm = augmented("llama", lam=0.5)
-    mlm.set_lambda(1)
+    mlm.lam = 1
     assert mlm.lam == 1.0
     for bad in (-0.01, 1.01, float("nan")):
         with pytest.raises(ConfigError):
-            mlm.set_lambda(bad)
+            mlm.lam = bad
         with pytest.raises(ConfigError):
             MemoryAugmentedForCausalLM.from_parts(mlm.backbone, mlm.memory, lam=bad)
 

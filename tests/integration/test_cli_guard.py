@@ -116,7 +116,7 @@ def test_the_python_api_refuses_a_lambda_that_is_no_number(lam, tiny_llama):
     mixed = MemoryAugmentedForCausalLM.from_parts(tiny_llama, memory, lam=0.3, **keys)
     assert mixed.lam == 0.3
     with pytest.raises(ConfigError, match="real number in"):
-        mixed.set_lambda(lam)
+        mixed.lam = lam
 
 
 def test_an_unexpected_failure_is_one_line_and_debug_shows_the_traceback(base, monkeypatch, capsys):

@@ -217,7 +217,7 @@ def _build(args: MethodArgs, run=None) -> Loaded:
     if args.pretrained is not None:
         model = MemoryAugmentedForCausalLM.from_pretrained(args.pretrained)
         if args.lam != AUTO:
-            model.set_lambda(args.lam)
+            model.lam = args.lam
         return Loaded(model, model.tokenizer, lam=model.lam, mixer=model)
     run = run or open_run(args.run)
     if args.method == "memory":

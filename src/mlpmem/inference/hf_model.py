@@ -139,6 +139,12 @@ class MemoryAugmentedForCausalLM(MixingHooks, BackboneWrapper, PreTrainedModel, 
     def lam(self) -> float:
         return self.config.lam
 
+    @lam.setter
+    def lam(self, lam: float) -> None:
+        """Set the fixed λ of p_mem (in [0, 1], kept in the config so a save keeps it); with a gate set, the
+        gate's λ_t are used instead."""
+        self.config.lam = check_lambda(lam, "lam")
+
     @property
     def key_layer(self) -> int:
         return self.config.key_layer
@@ -146,11 +152,6 @@ class MemoryAugmentedForCausalLM(MixingHooks, BackboneWrapper, PreTrainedModel, 
     @property
     def key_site(self) -> str:
         return self.config.key_site
-
-    def set_lambda(self, lam: float) -> None:
-        """Set the fixed λ of p_mem (in [0, 1], kept in the config so a save keeps it); with a gate set, the
-        gate's λ_t are used instead."""
-        self.config.lam = check_lambda(lam, "lam")
 
     def set_gate(self, gate: Gate | None) -> None:
         """Mix with the gate's λ_t per position (moved to the backbone's device), or with the fixed λ again

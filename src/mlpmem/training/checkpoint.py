@@ -89,24 +89,23 @@ def flatten_state(groups: list[list], state: dict) -> dict[str, torch.Tensor]:
             for i, key in enumerate(keys) for name, value in state.get(key, {}).items()}
 
 
-def save_checkpoint(folder: Path, memory: torch.nn.Module, moments: dict[str, torch.Tensor],
-                    state: TrainState) -> None:
-    """Write the checkpoint (the model, the optimizer ``moments`` of :func:`flat_moments`, the trainer state) to
-    ``<folder>.tmp``, then swap it in (a full disk leaves the previous one intact)."""
+def save_checkpoint(folder: Path, memory: torch.nn.Module, moments: dict[str, torch.Tensor], state: dict) -> None:
+    """Write the checkpoint (the model, the optimizer ``moments`` of :func:`flat_moments`, the trainer state as
+    JSON, e.g. :meth:`TrainState.as_dict`) to ``<folder>.tmp``, then swap it in (a full disk leaves the previous
+    one intact)."""
     tmp = folder.with_name(folder.name + ".tmp")
     with writing(tmp):
         _write_checkpoint(tmp, memory, moments, state)
     replace_dir(tmp, folder, old=folder.with_name(folder.name + ".old"))  # recover_checkpoint knows this name
 
 
-def _write_checkpoint(tmp: Path, memory: torch.nn.Module, moments: dict[str, torch.Tensor],
-                      state: TrainState) -> None:
+def _write_checkpoint(tmp: Path, memory: torch.nn.Module, moments: dict[str, torch.Tensor], state: dict) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     memory.save_pretrained(tmp / "memory")
     save_file(moments, str(tmp / "optimizer.safetensors"))
     files = {name: sha256_file(tmp / name) for name in CHECKPOINT_FILES}
-    write_json(tmp / STATE_FILE, dict(state.as_dict(), files=files))
+    write_json(tmp / STATE_FILE, dict(state, files=files))
 
 
 def recover_checkpoint(folder: Path) -> None:

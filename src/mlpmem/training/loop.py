@@ -169,7 +169,7 @@ def _save(loop: _Loop, memory: MLPMemory, out_dir: Path, state: TrainState, impr
         if improved:  # before the checkpoint that records it as the best
             loop.whole.save_pretrained(out_dir / BEST)
         save_checkpoint(out_dir / CHECKPOINT, loop.whole,
-                        flat_moments(loop.optimizer) if moments is None else moments, state)
+                        flat_moments(loop.optimizer) if moments is None else moments, state.as_dict())
 
 
 def _finish(loop: _Loop, memory: MLPMemory, cfg: TrainConfig, out_dir: Path, state: TrainState, step: int,

@@ -35,7 +35,7 @@ def test_rows_are_the_answer_tokens_and_their_end_as_each_side_scores_them(tiny_
     assert all(tokenizer.decode(t).endswith(ANSWER_END) for _, t in spans)
     expected = {0.0: [], 1.0: []}  # the mixture at λ = 0 is the backbone, at λ = 1 the memory alone
     for lam in expected:
-        mixed.set_lambda(lam)
+        mixed.lam = lam
         for prompt_ids, target in spans:
             ids = torch.tensor([prompt_ids + target])
             with torch.no_grad(), mixed.active():
