@@ -1,0 +1,1 @@
+"""Studies that use the mlpmem library: never imported by it."""
