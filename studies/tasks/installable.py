@@ -125,7 +125,8 @@ def preference_task(name: str, questions: list[dict], seed: int) -> TaskRows:
     return TaskRows(f"mlpmem_halueval_prefer_{name}", rows, "\nAnswer: ", "the halueval_qa benchmark's questions")
 
 
-def analogy_tasks(limit: int | None, seed: int, distractors: int = 3, analogies=gensim_data.analogies) -> list[TaskRows]:
+def analogy_tasks(limit: int | None, seed: int, distractors: int = 3,
+                  analogies=gensim_data.analogies) -> list[TaskRows]:
     """One cloze task per analogy category: ``a is to b as c is to`` d, against ``distractors`` other answers of
     the same category (never a, b, c or d itself)."""
     by_category: dict[str, list[gensim_data.Analogy]] = {}
