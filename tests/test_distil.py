@@ -3,16 +3,10 @@
 import numpy as np
 import torch
 
+from helpers.tiny import seeded_memory
 from mlpmem.distil import distilled_rows
-from mlpmem.memory import MemoryConfig, MLPMemory
 
 D, V = 8, 20
-
-
-def _memory(seed: int, **kw) -> MLPMemory:
-    torch.manual_seed(seed)
-    return MLPMemory(MemoryConfig(input_size=D, vocab_size=V, intermediate_size=16, num_layers=1,
-                                    **{"tie_head": False, **kw})).eval()
 
 
 def _dense(rows) -> np.ndarray:
@@ -26,7 +20,7 @@ def _dense(rows) -> np.ndarray:
 
 
 def test_the_average_of_memories_top_k_with_its_residual():
-    a, b = _memory(0), _memory(1)
+    a, b = seeded_memory(0), seeded_memory(1)
     keys = np.random.default_rng(0).normal(size=(5, D)).astype(np.float32)
     with torch.no_grad():
         x = torch.from_numpy(keys)
@@ -40,7 +34,7 @@ def test_the_average_of_memories_top_k_with_its_residual():
 
 
 def test_knn_rows_mixed_in_at_their_weight():
-    a = _memory(0)
+    a = seeded_memory(0)
     keys = np.random.default_rng(1).normal(size=(3, D)).astype(np.float32)
     knn = (np.array([[2, 5, -1]] * 3, np.int32), np.array([[0.6, 0.3, 0.0]] * 3, np.float32),
            np.full(3, 0.1, np.float32))
@@ -53,7 +47,7 @@ def test_knn_rows_mixed_in_at_their_weight():
 
 def test_a_corpus_head_gives_full_vocabulary_ids():
     vocab_ids = torch.tensor([1, 4, 7, 9, 12, 15])
-    a = _memory(0, head_vocab_size=6)
+    a = seeded_memory(0, head_vocab_size=6)
     a.set_head_vocab(vocab_ids)
     keys = np.random.default_rng(2).normal(size=(4, D)).astype(np.float32)
     knn = (np.array([[4, 3, -1]] * 4, np.int32), np.array([[0.5, 0.2, 0.0]] * 4, np.float32),

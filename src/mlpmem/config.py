@@ -52,22 +52,23 @@ def load_yaml(text: str):
     return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no Python objects
 
 
-def presets() -> list[str]:
-    """The names of the presets shipped inside the package."""
-    folder = resources.files("mlpmem") / PRESETS
+def presets(package: str = "mlpmem") -> list[str]:
+    """The names of the presets shipped inside ``package`` (in its ``configs/`` folder)."""
+    folder = resources.files(package) / PRESETS
     return sorted(f.name.removesuffix(".yaml") for f in folder.iterdir() if f.name.endswith(".yaml"))
 
 
-def config_path(config: str | Path) -> Path:
+def config_path(config: str | Path, package: str = "mlpmem") -> Path:
     """The YAML file a config argument names: a path (it has a ``/`` or ends in ``.yaml``/``.yml``), or else the
-    name of a preset shipped inside the package (``quick`` is ``mlpmem/configs/quick.yaml``)."""
+    name of a preset shipped inside ``package`` (``quick`` is ``mlpmem/configs/quick.yaml``)."""
     text = str(config)
     if "/" in text or "\\" in text or text.endswith((".yaml", ".yml")):
         return Path(config)
-    if text not in presets():
+    names = presets(package)
+    if text not in names:
         raise ConfigError(f"config {text!r} is neither a YAML file path (with a '/' or ending in .yaml) nor a preset "
-                          f"({', '.join(presets())})")
-    return Path(str(resources.files("mlpmem") / PRESETS / f"{text}.yaml"))
+                          f"({', '.join(names)})")
+    return Path(str(resources.files(package) / PRESETS / f"{text}.yaml"))
 
 
 def _type_name(hint) -> str:

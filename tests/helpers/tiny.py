@@ -24,7 +24,7 @@ from transformers import (
 )
 
 from helpers.corpus import TEXT, corpus_text
-from mlpmem.memory import MemoryConfig, size_for_backbone
+from mlpmem.memory import MemoryConfig, MLPMemory, size_for_backbone
 
 VOCAB = 128
 PAD = 0
@@ -96,3 +96,10 @@ def memory_config_for(backbone, preset: str = "tiny", key_layer: int | float = -
     memory stands alone unless it ties it)."""
     config = MemoryConfig(preset=preset, **{"tie_head": False, **options})
     return size_for_backbone(config, backbone, tokenizer, key_layer, key_site, head_vocab_size)
+
+
+def seeded_memory(seed: int, input_size: int = 8, vocab_size: int = 20, **config) -> MLPMemory:
+    """A one-block memory with an untied head, its weights drawn from ``seed`` (for tests of distributions)."""
+    torch.manual_seed(seed)
+    return MLPMemory(MemoryConfig(input_size=input_size, vocab_size=vocab_size, intermediate_size=16, num_layers=1,
+                                  **{"tie_head": False, **config})).eval()

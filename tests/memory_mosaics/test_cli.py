@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
+from helpers.cli_tables import assert_command_resolves
 from memory_mosaics.cli import COMMANDS, main
-from mlpmem.cli.spec import function
 
 LIGHT = """
 import contextlib, io, sys
@@ -29,12 +29,7 @@ def test_help_imports_no_model_library():
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c.name)
 def test_every_command_resolves_and_shows_its_help(command, capsys):
-    assert callable(function(command))
-    with pytest.raises(SystemExit) as exc:
-        main([command.name, "--help"])
-    assert exc.value.code == 0
-    out = capsys.readouterr().out
-    assert out.startswith(f"usage: memory-mosaics {command.name}") and command.help in out
+    assert_command_resolves(main, command, "memory-mosaics", capsys)
 
 
 @pytest.mark.parametrize("argv", [[], ["nope"], ["train"], ["recall", "--steps", "x"], ["train", "small", "--bogus"]])

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
+from helpers.cli_tables import assert_command_resolves, assert_no_help_repeats_a_default
 from helpers.paths import ROOT
-from mlpmem.cli.spec import function
 from studies.cli import COMMANDS, main
 
 LIGHT = """
@@ -37,20 +37,12 @@ def test_python_m_studies_runs_from_the_repository_root():
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c.path))
 def test_every_command_of_the_table_resolves(command, capsys):
-    """Its function imports and is callable; its help (choices and defaults read from the code) renders."""
-    assert callable(function(command))
-    with pytest.raises(SystemExit) as exc:
-        main([*command.path, "--help"])
-    assert exc.value.code == 0
-    out = capsys.readouterr().out
-    assert out.startswith(f"usage: python -m studies {' '.join(command.path)}") and command.help in out
+    assert_command_resolves(main, command, "python -m studies", capsys)
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c.path))
 def test_no_help_text_repeats_a_default(command):
-    for arg in command.args:
-        if "default" in arg.options or arg.default_from:
-            assert "(default" not in arg.options.get("help", ""), (command.path, arg.flags)
+    assert_no_help_repeats_a_default(command)
 
 
 @pytest.mark.parametrize("argv", [[], ["nope"], ["bench"], ["ablate", "c.yaml"], ["bench", "infer", "--threads", "x"],

@@ -7,6 +7,7 @@ import torch
 import studies.distil_teacher as dt
 from helpers.corpus import corpus_text
 from helpers.faults import killed_after_first_shard
+from helpers.tiny import seeded_memory
 from mlpmem.corpora.documents import Document, tokenize_documents
 from mlpmem.datastore import KeyStore, KeystoreConfig, build_keystore
 from mlpmem.errors import ConfigError, CorruptArtifact
@@ -14,27 +15,9 @@ from mlpmem.memory import MemoryConfig, MLPMemory
 from mlpmem.teacher import TeacherConfig, TeacherStore, build_teacher
 from studies.distil_teacher import DistilConfig, build_distilled_teacher, check_members
 
-D, V = 8, 20
-
-
-def _memory(seed: int, **kw) -> MLPMemory:
-    torch.manual_seed(seed)
-    return MLPMemory(MemoryConfig(input_size=D, vocab_size=V, intermediate_size=16, num_layers=1,
-                                    **{"tie_head": False, **kw})).eval()
-
-
-def _dense(rows) -> np.ndarray:
-    ids, probs, _ = rows
-    out = np.zeros((len(ids), V))
-    for r in range(len(ids)):
-        for i, p in zip(ids[r], probs[r]):
-            if i >= 0:
-                out[r, i] += p
-    return out
-
 
 def test_members_must_share_a_head_and_the_weight_is_a_share():
-    a, b = _memory(0), _memory(1, head_vocab_size=6)
+    a, b = seeded_memory(0), seeded_memory(1, head_vocab_size=6)
     b.set_head_vocab(torch.arange(6))
     with pytest.raises(ConfigError, match="different vocabularies"):
         check_members([a, b])

@@ -4,12 +4,13 @@ presets inside the package, ``memory_mosaics/configs/``, named by their file nam
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from importlib.resources import files
 from pathlib import Path
 from typing import Literal
 
 from memory_mosaics.config import MosaicsConfig
 from mlpmem.config import Config
+from mlpmem.config import config_path as library_config_path
+from mlpmem.config import presets as library_presets
 from mlpmem.corpora.registry import CORPORA
 from mlpmem.errors import ConfigError
 
@@ -125,20 +126,12 @@ class MosaicsExperiment(Config):
 
 def presets() -> list[str]:
     """The names of the shipped presets (``small``, ``hour``, ...)."""
-    return sorted(f.name.removesuffix(".yaml") for f in files("memory_mosaics").joinpath("configs").iterdir()
-                  if f.name.endswith(".yaml"))
+    return library_presets("memory_mosaics")
 
 
 def config_path(config: str | Path) -> Path:
-    """The YAML file a CONFIG argument names: a path (it has a ``/`` or ends in ``.yaml``/``.yml``), or else the
-    name of a preset shipped inside the package (``small`` is ``memory_mosaics/configs/small.yaml``)."""
-    text = str(config)
-    if "/" in text or "\\" in text or text.endswith((".yaml", ".yml")):
-        return Path(config)
-    if text not in presets():
-        raise ConfigError(f"config {text!r} is neither a YAML file path (with a '/' or ending in .yaml) nor a preset "
-                          f"({', '.join(presets())})")
-    return Path(str(files("memory_mosaics").joinpath("configs", f"{text}.yaml")))
+    """The YAML file a CONFIG argument names: a path, or a preset of this package (``small``)."""
+    return library_config_path(config, "memory_mosaics")
 
 
 def load_experiment(config: str | Path, overrides: list[str] | None = None) -> MosaicsExperiment:
