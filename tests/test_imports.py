@@ -13,15 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ROOT / "src" / "mlpmem"
 STUDIES = ROOT / "studies"
 NOT_LIBRARY = ("studies", "memory_mosaics")
 """Top-level packages the library never imports: the studies and Memory Mosaics import it, not the reverse."""
-LEAVING = ("mlpmem.experiments.mosaics",)
-"""Modules still inside ``src/mlpmem`` that leave it for ``src/memory_mosaics`` (issue 46), so not the library's."""
+MOSAICS = ROOT / "src" / "memory_mosaics"
 
 
 def module_name(path: Path, package: Path = LIBRARY) -> str:
@@ -107,7 +104,7 @@ def module_edges(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 
 def studies_imported(package: Path = LIBRARY) -> list[str]:
     """``module -> import`` for every import of a package the library never imports."""
-    return [f"{name} -> {module}" for name, path in files(package).items() if not name.startswith(LEAVING)
+    return [f"{name} -> {module}" for name, path in files(package).items()
             for module, _ in statements(path, package) if module.split(".")[0] in NOT_LIBRARY]
 
 
@@ -140,15 +137,8 @@ def test_library_never_imports_studies_or_memory_mosaics():
     assert not bad, bad
 
 
-KEEP_POSITIONS = {"mlpmem.evaluation.one_pass -> mlpmem.inference.augmented_lm._keep_positions",
-                  "mlpmem.baselines.knnlm -> mlpmem.inference.augmented_lm._keep_positions",
-                  "studies.bench.infer.ladder -> mlpmem.inference.augmented_lm._keep_positions"}
-
-
-@pytest.mark.xfail(set(private_imports(LIBRARY, STUDIES)) == KEEP_POSITIONS, strict=True,
-                   reason="_keep_positions is still imported by three modules (engineer oneway makes it public)")
 def test_no_private_name_crosses_a_package_boundary():
-    bad = private_imports(LIBRARY, STUDIES)
+    bad = private_imports(LIBRARY, STUDIES, MOSAICS)
     assert not bad, bad
 
 
