@@ -228,7 +228,7 @@ def test_bf16_teacher_is_close_to_the_fp32_one_and_the_setting_is_recorded(store
     a, b = TeacherStore(tmp_path / "t32", datastore=store), TeacherStore(tmp_path / "t16", datastore=store)
     assert (a.array("ids")[:, 0] == b.array("ids")[:, 0]).mean() > 0.95
     assert np.abs(a.array("probs")[:, 0].astype(np.float32) - b.array("probs")[:, 0]).mean() < 0.02
-    assert "precision" not in _settings(store, exact)["index"]  # teachers built before the option stay valid
+    assert _settings(store, exact)["index"]["precision"] == "fp32"
     assert _settings(store, low)["index"]["precision"] == "bf16"
     with pytest.raises(ConfigError, match="precision"):
         IndexConfig(precision="fp16")

@@ -72,12 +72,8 @@ class IndexConfig(Config):
             raise ConfigError("index nprobe and pq_bytes must be >= 1 and nlist >= 0")
 
     def settings(self) -> dict:
-        """The fields recorded with what the index built (teachers, saved indexes); the search precision only
-        when it is not the default, so that stores built before it existed stay valid."""
-        out = asdict(self)
-        if out["precision"] == "fp32":
-            del out["precision"]
-        return out
+        """The fields recorded with what the index built (teachers, saved indexes)."""
+        return asdict(self)
 
     def resolved_kind(self, num_keys: int) -> str:
         if self.kind != "auto":

@@ -121,9 +121,9 @@ def method_settings(cfg: QASuiteConfig, bench: str, method: str, memory_sha256: 
 
 
 def changed_settings(result: dict, settings: dict) -> list[str]:
-    """The settings (top-level names) a method's stored ``result`` was computed under otherwise; a file written
-    before settings were recorded counts as current."""
-    stored = result.get("settings", settings)
+    """The settings (top-level names) a method's stored ``result`` was computed under otherwise (a result that
+    records none differs in all of them)."""
+    stored = result.get("settings", {})
     return sorted(k for k in {*stored, *settings} if stored.get(k) != settings.get(k))
 
 

@@ -118,7 +118,7 @@ def check_data_settings(out: Path, exp) -> None:
         check(read_json(path, "mosaics data settings"), settings, f"the data and tokenizer of {out}",
               error=ConfigError)
     elif (out / "tokenizer").exists() or (out / "data").exists():
-        return  # built before settings were recorded: kept as they are
+        raise ConfigError(f"{out} holds data and a tokenizer that record no settings: delete them and rerun")
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(path, settings)

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from mlpmem.backbone import KeyHook
-from mlpmem.compute import compute_device, model_device, resolve_precision
+from mlpmem.compute import compute_device, model_device
 from mlpmem.corpora.documents import document_lengths, make_windows
 from mlpmem.datastore import KeyStore, pad_windows
 from mlpmem.inference.perplexity import best_lambda, lambda_curve, perplexity, tokens_for_masses
@@ -82,8 +82,7 @@ def headline(run, results: dict, train: dict) -> dict:
     epochs = train["tokens"] / rows if train.get("tokens") else None
     kept = kept_evaluation(state)  # the evaluation of the weights kept (the best one, when restored)
     flops, tps = train.get("flops_per_token"), train.get("tokens_per_s")
-    # the precision training ran in; a run recorded before it was named gave it explicitly in its config
-    precision = train.get("precision") or resolve_precision(run.cfg.train.precision)
+    precision = train.get("precision")  # recorded with the training's timing, beside its tokens/s
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     # the peak of the device the memory trained on (the accelerator's: this process's GPU where there is one)
     peak = matmul_peak(dtype, device=compute_device("auto")) if flops and tps else None
