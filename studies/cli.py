@@ -195,6 +195,10 @@ COMMANDS = (
                 Arg("--no-truthfulness", action="store_true", help="no truthfulness group (TruthfulQA MC)"),
                 Arg("--qa-wikidata", type=int, default_from="studies.tasks.prepare:TasksConfig",
                     help="qa_wikidata cloze facts (0: none)"),
+                Arg("--battery-limit", type=int, default_from="studies.tasks.prepare:TasksConfig",
+                    help="items per task of the installable battery mlpmem_battery (0: none)"),
+                Arg("--detect-limit", type=int, default_from="studies.tasks.prepare:TasksConfig",
+                    help="items per task of HaluEval's detection mlpmem_halueval_detect (0: none)"),
                 Arg("--seed", type=int, help="seed of the multiple-choice and cloze subsets"))),
 )
 

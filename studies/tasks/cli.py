@@ -63,7 +63,7 @@ def cmd_screen(args: argparse.Namespace) -> None:
 
 
 def cmd_prepare(args: argparse.Namespace) -> None:
-    options = _given(args, "out", "mc_limit", "qa_wikidata", "seed", "qa_config")
+    options = _given(args, "out", "mc_limit", "qa_wikidata", "seed", "qa_config", "battery_limit", "detect_limit")
     if args.screen:
         from studies.tasks.screen import chosen_tasks
 

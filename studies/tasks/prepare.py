@@ -14,6 +14,10 @@ Into ``out`` (default ``~/.cache/mlpmem/lm-eval-tasks``, or ``$MLPMEM_CACHE/lm-e
   ``mlpmem_qa_wikidata`` (``qa_wikidata`` cloze facts), each scored by SQuAD EM and F1; group ``mlpmem_qa``.
   A benchmark's questions come from the suite's own ``data/`` folder when it exists (the data its memory
   was trained with), else they are generated into ``out/qa-data/`` by the same functions;
+- from data that installs from the registries (:mod:`studies.tasks.installable`), when their limits are set: the
+  no-regression battery ``mlpmem_battery`` (HaluEval dialogue and summarization as reading choices, the analogy
+  categories, the polarity items; ``battery_limit`` items per task) and HaluEval's hallucination detection
+  ``mlpmem_halueval_detect`` (QA, dialogue, summarization; ``detect_limit`` items each), both scored like the nine;
 - ``utils.py`` (the generation tasks' scoring hooks) and ``manifest.json`` (sources, sizes, files).
 
 Then ``mlpmem lm-eval --include-path OUT --local-only --tasks mlpmem_bigbench,...`` scores any method on them.
@@ -31,7 +35,7 @@ from mlpmem.utils.io import cache_root
 from studies.qa.bigbench import BIGBENCH_PIP_SPEC, qa_wikidata
 from studies.qa.config import QASuiteConfig
 from studies.qa.data import prepare_data, question_splits
-from studies.tasks import choice_tasks
+from studies.tasks import choice_tasks, installable
 from studies.tasks.catalog import DEFAULT_NINE
 from studies.tasks.choice_tasks import MC_GROUP, TRUTH_GROUP
 from studies.tasks.writer import (
@@ -46,6 +50,8 @@ from studies.tasks.writer import (
 )
 
 QA_GROUP = "mlpmem_qa"
+BATTERY_GROUP = "mlpmem_battery"
+DETECT_GROUP = "mlpmem_halueval_detect"
 QA_PROMPT = QUESTION_TEMPLATE.format(question="{{question}}")
 UNTIL = ["Question:", "Context:"]
 """lm-eval's stop strings: only those that end an answer wherever they appear (see ``scoring``)."""
@@ -70,14 +76,22 @@ class TasksConfig(Config):
     """The QA suite whose questions become generation tasks (None: no QA tasks)."""
     qa_wikidata: int = 300
     """Cloze facts of ``mlpmem_qa_wikidata`` (0: no such task)."""
+    battery_limit: int = 0
+    """Items per task of the installable battery ``mlpmem_battery`` (0: no battery)."""
+    detect_limit: int = 0
+    """Items per task of HaluEval's detection ``mlpmem_halueval_detect`` (0: none)."""
+    max_chars: int = 4000
+    """The longest context (HaluEval knowledge or document) of an installable task; longer items are counted skips."""
     seed: int = 0
     """Seed of the multiple-choice and cloze subsets."""
 
     def validate(self) -> None:
-        if not self.mc_tasks and not self.qa_config and not self.truthfulness:
-            raise ConfigError("tasks prepare: nothing to write (no mc_tasks and no qa_config)")
-        if self.mc_limit < 1 or self.qa_wikidata < 0:
-            raise ConfigError("tasks prepare: mc_limit must be >= 1 and qa_wikidata >= 0")
+        if not (self.mc_tasks or self.qa_config or self.truthfulness or self.battery_limit or self.detect_limit):
+            raise ConfigError("tasks prepare: nothing to write (no mc_tasks, qa_config, battery or detection)")
+        if self.mc_limit < 1 or self.qa_wikidata < 0 or self.battery_limit < 0 or self.detect_limit < 0:
+            raise ConfigError("tasks prepare: mc_limit must be >= 1, qa_wikidata, battery_limit, detect_limit >= 0")
+        if self.max_chars < 1:
+            raise ConfigError(f"tasks prepare: max_chars must be >= 1, got {self.max_chars}")
         if len(set(self.mc_tasks + self.truthfulness)) != len(self.mc_tasks) + len(self.truthfulness):
             raise ConfigError(f"tasks prepare: a task is listed twice in mc_tasks {self.mc_tasks} and "
                               f"truthfulness {self.truthfulness}")
@@ -144,6 +158,32 @@ def _qa_tasks(cfg: TasksConfig, out: Path) -> tuple[dict, dict]:
     return sizes, sources
 
 
+def _installable(out: Path, group: str, tasks: list[installable.TaskRows]) -> dict:
+    """Write ``tasks`` as multiple-choice tasks of ``group``; ``{name: items}``."""
+    sizes = {}
+    for task in tasks:
+        write_task(out, task.name, task.rows, choice_spec(task.delimiter),
+                   {"source": task.source, "premise": task.delimiter.strip(), "skipped": task.skipped})
+        sizes[task.name] = len(task.rows)
+    if sizes:
+        write_group(out, group, list(sizes), ["acc", "acc_mutual_info"])
+    return sizes
+
+
+def battery_tasks(cfg: TasksConfig) -> list[installable.TaskRows]:
+    if not cfg.battery_limit:
+        return []
+    n, seed = cfg.battery_limit, cfg.seed
+    return [installable.reading_task("dialogue", n, seed, cfg.max_chars),
+            installable.reading_task("summarization", n, seed, cfg.max_chars),
+            *installable.analogy_tasks(n, seed), installable.polarity_task(seed)]
+
+
+def detection_tasks(cfg: TasksConfig) -> list[installable.TaskRows]:
+    return [installable.detection_task(task, cfg.detect_limit, cfg.seed, cfg.max_chars)
+            for task in ("qa", "dialogue", "summarization")] if cfg.detect_limit else []
+
+
 def prepared(cfg: TasksConfig) -> Path:
     """``cfg``'s folder, written by :func:`prepare_tasks` unless a finished one (its manifest) is there already."""
     if not (cfg.folder / MANIFEST).is_file():
@@ -157,8 +197,12 @@ def prepare_tasks(cfg: TasksConfig) -> dict:
     mc = _choice_tasks(out, MC_GROUP, cfg.mc_tasks, cfg.mc_limit, cfg.seed)
     truth = _choice_tasks(out, TRUTH_GROUP, cfg.truthfulness, None, cfg.seed)
     qa, sources = _qa_tasks(cfg, out) if cfg.qa_config else ({}, {})
-    groups = {MC_GROUP: list(mc), TRUTH_GROUP: list(truth), QA_GROUP: list(qa)}
-    info = {"folder": str(out.resolve()), "groups": groups, "items": {**mc, **truth, **qa}, "config": cfg.to_dict(),
+    battery = _installable(out, BATTERY_GROUP, battery_tasks(cfg))
+    detect = _installable(out, DETECT_GROUP, detection_tasks(cfg))
+    groups = {MC_GROUP: list(mc), TRUTH_GROUP: list(truth), QA_GROUP: list(qa), BATTERY_GROUP: list(battery),
+              DETECT_GROUP: list(detect)}
+    items = {**mc, **truth, **qa, **battery, **detect}
+    info = {"folder": str(out.resolve()), "groups": groups, "items": items, "config": cfg.to_dict(),
             "qa_sources": sources}
     write_manifest(out, info)
     return info
