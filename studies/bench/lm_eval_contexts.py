@@ -1,7 +1,7 @@
 """``python -m studies bench lm-eval``: multiple-choice scoring with shared contexts vs lm-eval's own path, in one run.
 
 Each method of a finished run is loaded once as the ``mlpmem`` lm-eval model type and scores the same local tasks
-(``python -m studies tasks prepare``'s nine BIG-bench tasks and TruthfulQA, ``limit`` items each) twice per round: with
+(``python -m studies tasks prepare``'s installable battery, ``limit`` items per task) twice per round: with
 ``share_context`` (each context runs once, :mod:`mlpmem.evaluation.shared_context`) and with ``HFLM``'s path,
 interleaved round by round. Reported per method: the wall and CPU seconds, the ratio of medians, and the agreement
 of the two: the largest difference of any request's log-likelihood, whether every greedy flag and every task's
@@ -27,7 +27,7 @@ from mlpmem.reporting.tables import markdown_table
 from studies.bench.common import interleave, summarize, threads, write_text
 from studies.bench.lm_eval_one_pass import measure_one_pass, one_pass_labels, one_pass_report
 from studies.bench.lm_eval_precision import measure_precision, precision_report
-from studies.tasks.choice_tasks import MC_GROUP, TRUTH_GROUP
+from studies.tasks.installable import BATTERY_GROUP
 from studies.tasks.prepare import TasksConfig, prepared
 
 SHARED, PLAIN = "shared contexts", "HFLM"
@@ -42,7 +42,7 @@ class LmEvalBenchConfig(Config):
     methods: list[str] = field(default_factory=lambda: ["backbone", "memory", "rag-bm25"])
     tasks_dir: str = ""
     """A folder ``python -m studies tasks prepare`` wrote; empty: one is written into ``out_dir/tasks``."""
-    tasks: list[str] = field(default_factory=lambda: [MC_GROUP, TRUTH_GROUP])
+    tasks: list[str] = field(default_factory=lambda: [BATTERY_GROUP])
     limit: int = 20
     """Items per task."""
     batch_size: int = 8
@@ -80,8 +80,7 @@ class LmEvalBenchConfig(Config):
 def tasks_folder(cfg: LmEvalBenchConfig) -> Path:
     if cfg.tasks_dir:
         return Path(cfg.tasks_dir)
-    return prepared(TasksConfig(out=str(Path(cfg.out_dir) / "tasks"), mc_limit=cfg.limit, qa_config=None,
-                                qa_wikidata=0))
+    return prepared(TasksConfig(out=str(Path(cfg.out_dir) / "tasks"), battery_limit=cfg.limit, detect_limit=0))
 
 
 def _responses(out: dict) -> list[tuple[float, bool]]:

@@ -2,9 +2,9 @@
 
 Every method of ``battery.methods`` is scored by lm-eval (the ``mlpmem`` model type,
 :mod:`mlpmem.evaluation.harness`) on the local multiple-choice tasks ``python -m studies tasks prepare`` writes (the
-nine BIG-bench tasks and TruthfulQA; :mod:`studies.tasks.prepare`), every item logged, on the
-models of the benchmark ``no_regression.memory_from``: its memory run (memory, datastore, corpus), the CPT /
-LoRA weights the suite saved, the λ (and gate offset) it chose on that benchmark's validation questions. Each
+installable battery, HaluEval's detection and closed-book preference; :mod:`studies.tasks.prepare`), every item
+logged, on the models of the benchmark ``no_regression.memory_from``: its memory run (memory, datastore, corpus),
+the CPT / LoRA weights the suite saved, the λ (and gate offset) it chose on that benchmark's validation questions. Each
 method's lm-eval results go to ``<out_dir>/battery/<method>.json``; a method whose file exists is not run
 again, so the stage resumes, unless the file was scored from other model args, tasks or memory weights. The
 tasks are written once into ``<out_dir>/battery/tasks`` (unless ``tasks_dir`` names a prepared folder). The
@@ -105,11 +105,15 @@ def _tuned(bench: Path, method: str) -> dict:
 
 def tasks_folder(cfg) -> Path:
     """The prepared task folder: ``battery.tasks_dir``, or one the suite writes once under its battery folder."""
-    if cfg.battery.tasks_dir:
-        return Path(cfg.battery.tasks_dir)
-    options = {} if cfg.battery.mc_tasks is None else {"mc_tasks": cfg.battery.mc_tasks}
-    return prepared(TasksConfig(out=str(battery_dir(cfg.out_dir) / "tasks"), mc_limit=cfg.battery.mc_limit,
-                                qa_config=None, seed=cfg.seed, truthfulness=list(cfg.battery.truthfulness), **options))
+    b = cfg.battery
+    if b.tasks_dir:
+        return Path(b.tasks_dir)
+    source = cfg.no_regression.memory_from
+    preference = str(Path(cfg.out_dir) / source / "data") if source == "halueval_qa" else ""
+    return prepared(TasksConfig(out=str(battery_dir(cfg.out_dir) / "tasks"), qa_config=None, seed=cfg.seed,
+                                battery_limit=b.battery_limit, detect_limit=b.detect_limit,
+                                preference_data=preference, mc_tasks=list(b.mc_tasks), mc_limit=b.mc_limit,
+                                truthfulness=list(b.truthfulness)))
 
 
 def run_battery(cfg, progress: bool = True) -> dict:

@@ -18,9 +18,9 @@ from mlpmem.inference.gate import check_floor
 from mlpmem.inference.mixing import check_lambda
 from mlpmem.inference.prompts import demonstrations
 from studies.qa.eval_qa import GenerationConfig
-from studies.tasks.choice_tasks import MC_GROUP, TRUTH_GROUP
+from studies.tasks.installable import BATTERY_GROUP, DETECT_GROUP, PREFER_GROUP
 
-BENCHMARKS = ("synthetic", "disfl_qa")
+BENCHMARKS = ("halueval_qa", "synthetic", "disfl_qa")
 NO_REGRESSION_METHODS = ("backbone", "knnlm", "cpt", "lora", "memory", "memory-gate")
 """The methods that change the model itself (RAG only changes the prompt)."""
 BATTERY_METHODS = ("backbone", "rag-dense", "rag-bm25", "knnlm", "cpt", "lora", "memory", "memory-gate")
@@ -31,16 +31,20 @@ class BatteryConfig(Config):
     methods: list[str] = field(default_factory=lambda: ["backbone", "rag-dense", "rag-bm25", "knnlm", "cpt", "lora",
                                                         "memory"])
     """Methods scored, each paired with ``backbone`` (which must be among them)."""
-    tasks: list[str] = field(default_factory=lambda: [MC_GROUP, TRUTH_GROUP])
+    tasks: list[str] = field(default_factory=lambda: [BATTERY_GROUP, DETECT_GROUP, PREFER_GROUP])
     """lm-eval tasks or groups of the prepared folder."""
     tasks_dir: str = ""
-    """A folder written by ``python -m studies tasks prepare``; empty: the suite writes one (``mc_tasks`` /
-    ``mc_limit``)."""
-    mc_tasks: list[str] | None = None
-    """The BIG-bench tasks of the folder the suite writes (None: the nine of ``python -m studies tasks prepare``)."""
+    """A folder written by ``python -m studies tasks prepare``; empty: the suite writes one from the fields below
+    (closed-book preference from ``no_regression.memory_from``'s questions when it is ``halueval_qa``)."""
+    battery_limit: int = 200
+    """Items per task of the installable battery (:class:`~studies.tasks.prepare.TasksConfig`)."""
+    detect_limit: int = 1000
+    """Items per task of HaluEval's hallucination detection."""
+    mc_tasks: list[str] = field(default_factory=list)
+    """BIG-bench multiple-choice tasks (read only from ``$MLPMEM_BIGBENCH_ARCHIVE``)."""
     mc_limit: int = 200
-    truthfulness: list[str] = field(default_factory=lambda: ["truthful_qa"])
-    """The truthfulness tasks of the folder the suite writes (every item of each)."""
+    truthfulness: list[str] = field(default_factory=list)
+    """BIG-bench truthfulness tasks, every item of each (read only from ``$MLPMEM_BIGBENCH_ARCHIVE``)."""
     limit: int | None = None
     """Items scored per task (None: every item of the folder)."""
     batch_size: int = 8
@@ -56,6 +60,8 @@ class BatteryConfig(Config):
                               f"got {self.methods}")
         if not self.tasks or self.mc_limit < 1 or (self.limit is not None and self.limit < 1) or self.batch_size < 1:
             raise ConfigError("battery: tasks must be non-empty, mc_limit, limit and batch_size >= 1")
+        if self.battery_limit < 0 or self.detect_limit < 0:
+            raise ConfigError("battery: battery_limit and detect_limit must be >= 0")
 
 
 @dataclass
@@ -72,11 +78,12 @@ class BenchmarkConfig(Config):
 
 @dataclass
 class NoRegressionConfig(Config):
-    memory_from: str = "disfl_qa"
-    """The benchmark whose models (memory, kNN-LM datastore, CPT, LoRA) are checked."""
-    qa_wikidata: int = 300
-    mc_tasks: list[str] = field(default_factory=lambda: ["general_knowledge", "hindu_knowledge",
-                                                         "physical_intuition"])
+    memory_from: str = "halueval_qa"
+    """The benchmark whose models (memory, kNN-LM datastore, CPT, LoRA) are checked, here and by the battery."""
+    qa_wikidata: int = 0
+    """BIG-bench cloze facts scored in the suite (read only from ``$MLPMEM_BIGBENCH_ARCHIVE``; 0: none)."""
+    mc_tasks: list[str] = field(default_factory=list)
+    """BIG-bench multiple-choice tasks scored in the suite (read only from ``$MLPMEM_BIGBENCH_ARCHIVE``)."""
     mc_limit: int = 100
     methods: list[str] = field(default_factory=lambda: list(NO_REGRESSION_METHODS))
 

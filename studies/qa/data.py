@@ -14,6 +14,7 @@ from pathlib import Path
 from mlpmem.utils.io import read_jsonl, write_jsonl
 from studies.qa.bigbench import disfl_qa
 from studies.qa.config import BenchmarkConfig
+from studies.qa.halueval_qa import prepare_halueval_qa
 from studies.qa.synthetic import SyntheticConfig, generate, write_benchmark
 
 
@@ -48,6 +49,8 @@ def prepare_disfl_qa(options: dict, out: Path, seed: int) -> Path:
 def prepare_data(name: str, bench: BenchmarkConfig, out: Path, seed: int) -> Path:
     if (out / "meta.json").exists():
         return out
+    if name == "halueval_qa":
+        return prepare_halueval_qa(bench.options, out, seed)
     return prepare_synthetic(bench.options, out) if name == "synthetic" else prepare_disfl_qa(bench.options, out, seed)
 
 

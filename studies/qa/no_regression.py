@@ -1,6 +1,7 @@
 """The no-regression battery: does a method's model keep the backbone's general capability?
 
-``qa_wikidata`` cloze facts scored by greedy EM, and BIG-bench multiple-choice tasks scored by log-likelihood
+``qa_wikidata`` cloze facts scored by greedy EM, and BIG-bench multiple-choice tasks (both read only from a copy of
+the BIG-bench archive; the installable checks run through lm-eval, :mod:`studies.qa.battery`) scored by log-likelihood
 and by domain-conditional PMI (:mod:`mlpmem.evaluation.choice`), on the models of one benchmark. Every task
 keeps its per-item scores by item id (``per_item``: EM / F1 per fact, 1/0 correctness per multiple-choice item),
 so the report pairs each method with the backbone item by item.
@@ -17,8 +18,8 @@ from studies.qa.per_item import PER_ITEM, qa_per_item
 
 def no_regression_items(cfg: NoRegressionConfig, seed: int) -> dict:
     """``{task: items}``: the cloze facts and each multiple-choice task, the same for every method."""
-    return {"qa_wikidata": qa_wikidata(cfg.qa_wikidata, seed),
-            **{t: multiple_choice(t, cfg.mc_limit, seed) for t in cfg.mc_tasks}}
+    cloze = {"qa_wikidata": qa_wikidata(cfg.qa_wikidata, seed)} if cfg.qa_wikidata else {}
+    return {**cloze, **{t: multiple_choice(t, cfg.mc_limit, seed) for t in cfg.mc_tasks}}
 
 
 def no_regression(model, tokenizer, items: dict, gen: GenerationConfig) -> dict:

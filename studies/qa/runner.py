@@ -254,7 +254,7 @@ def run_benchmark(cfg: QASuiteConfig, name: str, backbone, progress: bool = True
         print(f"[qa] {name}: {method}", flush=True)
         t0 = time.perf_counter()
         built, result = run_method(ctx, method)
-        if nr_items is not None and method in cfg.no_regression.methods:
+        if nr_items and method in cfg.no_regression.methods:
             result["no_regression"] = no_regression(built.model, ctx.tokenizer, nr_items, cfg.generation)
         result["wall_seconds"] = time.perf_counter() - t0
         result["settings"] = settings

@@ -63,19 +63,12 @@ def cmd_screen(args: argparse.Namespace) -> None:
 
 
 def cmd_prepare(args: argparse.Namespace) -> None:
-    options = _given(args, "out", "mc_limit", "qa_wikidata", "seed", "qa_config", "battery_limit", "detect_limit")
+    options = _given(args, "out", "mc_limit", "qa_wikidata", "seed", "qa_config", "battery_limit", "detect_limit",
+                     "preference_data", "mc_tasks", "truthfulness")
     if args.screen:
         from studies.tasks.screen import chosen_tasks
 
         options["mc_tasks"] = chosen_tasks(args.screen)
-    if args.mc_tasks is not None:
-        options["mc_tasks"] = args.mc_tasks
-    if "mc_tasks" not in options:
-        print("multiple-choice tasks: the nine chosen before any screen (python -m studies tasks screen measures them)")
-    if args.no_qa:
-        options["qa_config"] = None
-    if args.no_truthfulness:
-        options["truthfulness"] = []
     info = prepare_tasks(TasksConfig(**options))
     print("| task | items |\n|---|---|")
     for name, n in info["items"].items():

@@ -24,6 +24,9 @@ from dataclasses import dataclass, field
 from mlpmem.errors import ConfigError
 from studies.sources import gensim_data, halueval
 
+BATTERY_GROUP = "mlpmem_battery"
+DETECT_GROUP = "mlpmem_halueval_detect"
+PREFER_GROUP = "mlpmem_halueval_prefer"
 JUDGE = ("Yes", "No")
 """The detection choices: ``Yes`` (the answer is hallucinated) is label 0."""
 DETECT_QUESTION = {
@@ -122,7 +125,7 @@ def preference_task(name: str, questions: list[dict], seed: int) -> TaskRows:
     second = balanced_flags([q["id"] for q in questions], seed, f"preference-{name}")
     rows = [two_choice(q["id"], f"Question: {q['question']}", q["answers"][0], q["hallucinated"], second[q["id"]])
             for q in questions]
-    return TaskRows(f"mlpmem_halueval_prefer_{name}", rows, "\nAnswer: ", "the halueval_qa benchmark's questions")
+    return TaskRows(f"{PREFER_GROUP}_{name}", rows, "\nAnswer: ", "the halueval_qa benchmark's questions")
 
 
 def analogy_tasks(limit: int | None, seed: int, distractors: int = 3,

@@ -1,26 +1,26 @@
 """``python -m studies tasks prepare``: the local lm-eval tasks of mlpmem, written from shipped data only.
 
-Into ``out`` (default ``~/.cache/mlpmem/lm-eval-tasks``, or ``$MLPMEM_CACHE/lm-eval-tasks``):
+Into ``out`` (default ``~/.cache/mlpmem/lm-eval-tasks``, or ``$MLPMEM_CACHE/lm-eval-tasks``), from data that
+installs from the registries (:mod:`studies.tasks.installable`):
 
-- nine BIG-bench multiple-choice tasks ``mlpmem_bb_<task>`` (:mod:`studies.tasks.catalog` says
-  which and why), each scored by ``acc`` (log-likelihood) and ``acc_mutual_info`` (domain-conditional
-  PMI), up to ``mc_limit`` items each; group ``mlpmem_bigbench``;
-- the truthfulness check (the paper's hallucination question; HaluEval itself is not shipped in any package):
-  BIG-bench's TruthfulQA multiple choice, ``mlpmem_bb_truthful_qa`` (one true answer among imitative
-  falsehoods, every single-label item), scored like the nine; group ``mlpmem_truthfulness``;
+- the no-regression battery ``mlpmem_battery`` (HaluEval dialogue and summarization as reading choices, the
+  analogy categories, the polarity items; ``battery_limit`` items per task) and HaluEval's hallucination detection
+  ``mlpmem_halueval_detect`` (QA, dialogue, summarization; ``detect_limit`` items each), each scored by ``acc``
+  (log-likelihood) and ``acc_mutual_info`` (domain-conditional PMI);
+- closed-book preference ``mlpmem_halueval_prefer`` (``preference_data``: a ``halueval_qa`` benchmark's data folder):
+  its test and held-out questions, the right answer against the hallucinated one, by ``acc`` and ``acc_norm``
+  (length-normalised log-likelihood);
 - the QA suite's generation tasks, the very questions ``python -m studies qa report`` asks (its config's benchmarks,
-  seed, sizes, demonstrations and decoding length): ``mlpmem_synthetic`` (test questions of the trained
-  entities), ``mlpmem_synthetic_held_out`` (entities in no document), ``mlpmem_disfl_qa``, plus
-  ``mlpmem_qa_wikidata`` (``qa_wikidata`` cloze facts), each scored by SQuAD EM and F1; group ``mlpmem_qa``.
-  A benchmark's questions come from the suite's own ``data/`` folder when it exists (the data its memory
-  was trained with), else they are generated into ``out/qa-data/`` by the same functions;
-- from data that installs from the registries (:mod:`studies.tasks.installable`), when their limits are set: the
-  no-regression battery ``mlpmem_battery`` (HaluEval dialogue and summarization as reading choices, the analogy
-  categories, the polarity items; ``battery_limit`` items per task) and HaluEval's hallucination detection
-  ``mlpmem_halueval_detect`` (QA, dialogue, summarization; ``detect_limit`` items each), both scored like the nine;
+  seed, sizes, demonstrations and decoding length): ``mlpmem_<benchmark>`` (test questions) and
+  ``mlpmem_<benchmark>_held_out``, each scored by SQuAD EM and F1; group ``mlpmem_qa``. A benchmark's questions
+  come from the suite's own ``data/`` folder when it exists (the data its memory was trained with), else they are
+  generated into ``out/qa-data/`` by the same functions;
+- with a copy of the BIG-bench archive (``$MLPMEM_BIGBENCH_ARCHIVE``; PyPI no longer serves it), on request only:
+  BIG-bench multiple-choice tasks ``mlpmem_bb_<task>`` (``mc_tasks``, group ``mlpmem_bigbench``), its TruthfulQA
+  multiple choice (``truthfulness``, group ``mlpmem_truthfulness``) and ``qa_wikidata`` cloze facts;
 - ``utils.py`` (the generation tasks' scoring hooks) and ``manifest.json`` (sources, sizes, files).
 
-Then ``mlpmem lm-eval --include-path OUT --local-only --tasks mlpmem_bigbench,...`` scores any method on them.
+Then ``mlpmem lm-eval --include-path OUT --local-only --tasks mlpmem_battery,...`` scores any method on them.
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ from pathlib import Path
 from mlpmem.config import Config
 from mlpmem.errors import ConfigError
 from mlpmem.inference.prompts import DEMONSTRATIONS, QUESTION_TEMPLATE
-from mlpmem.utils.io import cache_root
+from mlpmem.utils.io import cache_root, read_jsonl
 from studies.qa.bigbench import BIGBENCH_PIP_SPEC, qa_wikidata
 from studies.qa.config import QASuiteConfig
 from studies.qa.data import prepare_data, question_splits
 from studies.tasks import choice_tasks, installable
-from studies.tasks.catalog import DEFAULT_NINE
 from studies.tasks.choice_tasks import MC_GROUP, TRUTH_GROUP
+from studies.tasks.installable import BATTERY_GROUP, DETECT_GROUP, PREFER_GROUP
 from studies.tasks.writer import (
     MANIFEST,
     QA_DATA,
@@ -50,8 +50,6 @@ from studies.tasks.writer import (
 )
 
 QA_GROUP = "mlpmem_qa"
-BATTERY_GROUP = "mlpmem_battery"
-DETECT_GROUP = "mlpmem_halueval_detect"
 QA_PROMPT = QUESTION_TEMPLATE.format(question="{{question}}")
 UNTIL = ["Question:", "Context:"]
 """lm-eval's stop strings: only those that end an answer wherever they appear (see ``scoring``)."""
@@ -66,28 +64,34 @@ def tasks_root() -> Path:
 class TasksConfig(Config):
     out: str = ""
     """Task folder (empty: :func:`tasks_root`)."""
-    mc_tasks: list[str] = field(default_factory=lambda: list(DEFAULT_NINE))
-    """BIG-bench multiple-choice tasks (``task`` or ``task/subtask``)."""
+    mc_tasks: list[str] = field(default_factory=list)
+    """BIG-bench multiple-choice tasks (``task`` or ``task/subtask``; the catalog's nine:
+    :data:`studies.tasks.catalog.DEFAULT_NINE`)."""
     mc_limit: int = 200
     """Items per multiple-choice task (all of them if the task has fewer)."""
-    truthfulness: list[str] = field(default_factory=lambda: ["truthful_qa"])
-    """BIG-bench truthfulness tasks of ``mlpmem_truthfulness``, every item of each (empty: no such group)."""
-    qa_config: str | None = "studies/qa/configs/report.yaml"
+    truthfulness: list[str] = field(default_factory=list)
+    """BIG-bench truthfulness tasks of ``mlpmem_truthfulness`` (e.g. ``truthful_qa``), every item of each."""
+    qa_config: str | None = None
     """The QA suite whose questions become generation tasks (None: no QA tasks)."""
-    qa_wikidata: int = 300
-    """Cloze facts of ``mlpmem_qa_wikidata`` (0: no such task)."""
-    battery_limit: int = 0
+    qa_wikidata: int = 0
+    """BIG-bench cloze facts of ``mlpmem_qa_wikidata`` (0: no such task)."""
+    battery_limit: int = 200
     """Items per task of the installable battery ``mlpmem_battery`` (0: no battery)."""
-    detect_limit: int = 0
+    detect_limit: int = 1000
     """Items per task of HaluEval's detection ``mlpmem_halueval_detect`` (0: none)."""
+    preference_data: str = ""
+    """A ``halueval_qa`` benchmark's data folder (:mod:`studies.qa.halueval_qa`) whose test and held-out questions
+    become ``mlpmem_halueval_prefer`` (empty: none)."""
     max_chars: int = 4000
     """The longest context (HaluEval knowledge or document) of an installable task; longer items are counted skips."""
     seed: int = 0
     """Seed of the multiple-choice and cloze subsets."""
 
     def validate(self) -> None:
-        if not (self.mc_tasks or self.qa_config or self.truthfulness or self.battery_limit or self.detect_limit):
-            raise ConfigError("tasks prepare: nothing to write (no mc_tasks, qa_config, battery or detection)")
+        if not (self.mc_tasks or self.qa_config or self.truthfulness or self.battery_limit or self.detect_limit
+                or self.preference_data):
+            raise ConfigError("tasks prepare: nothing to write (no battery, detection, preference, qa_config or "
+                              "BIG-bench tasks)")
         if self.mc_limit < 1 or self.qa_wikidata < 0 or self.battery_limit < 0 or self.detect_limit < 0:
             raise ConfigError("tasks prepare: mc_limit must be >= 1, qa_wikidata, battery_limit, detect_limit >= 0")
         if self.max_chars < 1:
@@ -158,15 +162,15 @@ def _qa_tasks(cfg: TasksConfig, out: Path) -> tuple[dict, dict]:
     return sizes, sources
 
 
-def _installable(out: Path, group: str, tasks: list[installable.TaskRows]) -> dict:
-    """Write ``tasks`` as multiple-choice tasks of ``group``; ``{name: items}``."""
+def _installable(out: Path, group: str, tasks: list[installable.TaskRows], metric: str = "acc_mutual_info") -> dict:
+    """Write ``tasks`` as multiple-choice tasks of ``group`` scored by ``acc`` and ``metric``; ``{name: items}``."""
     sizes = {}
     for task in tasks:
-        write_task(out, task.name, task.rows, choice_spec(task.delimiter),
+        write_task(out, task.name, task.rows, choice_spec(task.delimiter, metric),
                    {"source": task.source, "premise": task.delimiter.strip(), "skipped": task.skipped})
         sizes[task.name] = len(task.rows)
     if sizes:
-        write_group(out, group, list(sizes), ["acc", "acc_mutual_info"])
+        write_group(out, group, list(sizes), ["acc", metric])
     return sizes
 
 
@@ -184,6 +188,15 @@ def detection_tasks(cfg: TasksConfig) -> list[installable.TaskRows]:
             for task in ("qa", "dialogue", "summarization")] if cfg.detect_limit else []
 
 
+def preference_tasks(cfg: TasksConfig) -> list[installable.TaskRows]:
+    """Closed-book preference on the test questions (knowledge in the memory's corpus) and the held-out ones."""
+    if not cfg.preference_data:
+        return []
+    folder = Path(cfg.preference_data) / "questions"
+    return [installable.preference_task(split, read_jsonl(folder / f"{split}.jsonl"), cfg.seed)
+            for split in ("test", "held_out") if (folder / f"{split}.jsonl").is_file()]
+
+
 def prepared(cfg: TasksConfig) -> Path:
     """``cfg``'s folder, written by :func:`prepare_tasks` unless a finished one (its manifest) is there already."""
     if not (cfg.folder / MANIFEST).is_file():
@@ -199,9 +212,10 @@ def prepare_tasks(cfg: TasksConfig) -> dict:
     qa, sources = _qa_tasks(cfg, out) if cfg.qa_config else ({}, {})
     battery = _installable(out, BATTERY_GROUP, battery_tasks(cfg))
     detect = _installable(out, DETECT_GROUP, detection_tasks(cfg))
+    prefer = _installable(out, PREFER_GROUP, preference_tasks(cfg), "acc_norm")
     groups = {MC_GROUP: list(mc), TRUTH_GROUP: list(truth), QA_GROUP: list(qa), BATTERY_GROUP: list(battery),
-              DETECT_GROUP: list(detect)}
-    items = {**mc, **truth, **qa, **battery, **detect}
+              DETECT_GROUP: list(detect), PREFER_GROUP: list(prefer)}
+    items = {**mc, **truth, **qa, **battery, **detect, **prefer}
     info = {"folder": str(out.resolve()), "groups": groups, "items": items, "config": cfg.to_dict(),
             "qa_sources": sources}
     write_manifest(out, info)

@@ -83,11 +83,12 @@ def write_manifest(out: Path, info: dict) -> Path:
     return path
 
 
-def choice_spec(delimiter: str) -> dict:
-    """A multiple-choice task scored by log-likelihood (``acc``) and by PMI (``acc_mutual_info``)."""
+def choice_spec(delimiter: str, metric: str = "acc_mutual_info") -> dict:
+    """A multiple-choice task scored by log-likelihood (``acc``) and by ``metric``: PMI (``acc_mutual_info``) or the
+    length-normalised log-likelihood (``acc_norm``)."""
     return {"output_type": "multiple_choice", "doc_to_text": "prompt",
             "doc_to_choice": "choices", "doc_to_target": "label", "target_delimiter": delimiter,
-            "metric_list": [{"metric": "acc", **MEAN}, {"metric": "acc_mutual_info", **MEAN}]}
+            "metric_list": [{"metric": "acc", **MEAN}, {"metric": metric, **MEAN}]}
 
 
 def generation_spec(prompt: str, demonstrations: list[dict], until: list[str], max_gen_toks: int) -> dict:

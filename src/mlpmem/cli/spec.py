@@ -76,8 +76,8 @@ def comma_ints(text: str) -> list[int]:
 
 
 def comma_names(text: str) -> list[str]:
-    """An option's ``A,B,...`` as names (``type=comma_names``)."""
-    return text.split(",")
+    """An option's ``A,B,...`` as names (``type=comma_names``); an empty string is no names."""
+    return text.split(",") if text else []
 
 
 def resolve(ref: str) -> Any:

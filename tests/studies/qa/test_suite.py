@@ -63,7 +63,8 @@ def qa_setup(tmp_path, tiny_backbone_dir, monkeypatch):
                           "mc_limit": 2},
         "ablations": {"pipeline": str(tmp_path / "ablate.yaml"), "studies": ["alpha"]},
         "battery": {"methods": ["backbone", "rag-bm25", "cpt", "memory", "memory-gate"], "tasks": ["mlpmem_bigbench"],
-                    "mc_tasks": ["general_knowledge"], "mc_limit": 2, "truthfulness": [], "batch_size": 4},
+                    "mc_tasks": ["general_knowledge"], "mc_limit": 2, "battery_limit": 0, "detect_limit": 0,
+                    "batch_size": 4},
     }
     (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite))
     return tmp_path

@@ -13,8 +13,9 @@ from lm_eval.models.huggingface import HFLM
 from helpers.fast import quiet_and_fast  # noqa: F401 (autouse: no fsync, one thread)
 from mlpmem.errors import ConfigError
 from mlpmem.evaluation.harness import task_manager
+from studies.qa.halueval_qa import prepare_halueval_qa
 from studies.sources import halueval
-from studies.tasks.prepare import BATTERY_GROUP, DETECT_GROUP, TasksConfig, prepare_tasks
+from studies.tasks.prepare import BATTERY_GROUP, DETECT_GROUP, PREFER_GROUP, TasksConfig, prepare_tasks
 
 
 def halueval_rows(task: str, n: int) -> list[dict]:
@@ -40,8 +41,7 @@ def cache(tmp_path, monkeypatch):
 
 
 def test_battery_and_detection_load_offline_and_score(cache, tiny_llama, tiny_tokenizer):
-    cfg = TasksConfig(out=str(cache / "tasks"), mc_tasks=[], truthfulness=[], qa_config=None, battery_limit=3,
-                      detect_limit=4, max_chars=1000)
+    cfg = TasksConfig(out=str(cache / "tasks"), battery_limit=3, detect_limit=4, max_chars=1000)
     info = prepare_tasks(cfg)
     battery, detect = info["groups"][BATTERY_GROUP], info["groups"][DETECT_GROUP]
     assert len(battery) == 2 + 14 + 1  # dialogue, summarization, the 14 analogy categories, polarity
@@ -62,6 +62,27 @@ def test_battery_and_detection_load_offline_and_score(cache, tiny_llama, tiny_to
 
 def test_nothing_to_write_and_negative_limits_are_one_line():
     with pytest.raises(ConfigError, match="nothing to write"):
-        TasksConfig(mc_tasks=[], truthfulness=[], qa_config=None)
+        TasksConfig(battery_limit=0, detect_limit=0)
     with pytest.raises(ConfigError, match="battery_limit, detect_limit >= 0"):
         TasksConfig(battery_limit=-1)
+
+
+def test_preference_tasks_come_from_the_benchmark_questions_and_score_acc_norm(cache, tiny_llama, tiny_tokenizer):
+    data = prepare_halueval_qa({"corpus_questions": 4, "held_out_questions": 2, "heldout_passages": 1},
+                               cache / "data", seed=0)
+    info = prepare_tasks(TasksConfig(out=str(cache / "tasks"), battery_limit=0, detect_limit=0,
+                                     preference_data=str(data)))
+    assert info["groups"][PREFER_GROUP] == [f"{PREFER_GROUP}_test", f"{PREFER_GROUP}_held_out"]
+    assert info["items"][f"{PREFER_GROUP}_test"] == 3  # a quarter of the 4 corpus questions tune λ
+    rows = [json.loads(line) for line in (cache / "tasks" / "data" / f"{PREFER_GROUP}_test.jsonl").open()]
+    questions = {q["id"]: q for q in map(json.loads, (data / "questions" / "test.jsonl").open())}
+    assert {r["id"] for r in rows} == set(questions)
+    for r in rows:  # the right answer against the hallucinated one, the question alone in the prompt
+        q = questions[r["id"]]
+        assert r["prompt"] == f"Question: {q['question']}" and r["choices"][r["label"]] == q["answers"][0]
+        assert set(r["choices"]) == {q["answers"][0], q["hallucinated"]}
+    assert {r["label"] for r in rows} == {0, 1}  # the right answer's position is balanced
+    manager = task_manager(cache / "tasks", local_only=True)
+    lm = HFLM(pretrained=tiny_llama, tokenizer=tiny_tokenizer, batch_size=4)
+    out = simple_evaluate(model=lm, tasks=[f"{PREFER_GROUP}_test"], task_manager=manager)
+    assert {"acc,none", "acc_norm,none"} <= set(out["results"][f"{PREFER_GROUP}_test"])

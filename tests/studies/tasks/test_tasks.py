@@ -86,6 +86,7 @@ def prepared(archive, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLPMEM_BIGBENCH_ARCHIVE", str(archive))
         info = prepare_tasks(TasksConfig(out=str(root / "out"), mc_tasks=MC, mc_limit=6, qa_wikidata=3,
+                                         truthfulness=["truthful_qa"], battery_limit=0, detect_limit=0,
                                          qa_config=suite_yaml(root)))
     return root / "out", info
 
@@ -222,11 +223,12 @@ def test_screen_uses_items_outside_the_evaluated_ones(env, tiny_backbone_dir):
 
 def test_prepare_command_rewrites_its_folder_and_refuses_others(env, capsys):
     out = env / "tasks"
+    none = ["--battery-limit", "0", "--detect-limit", "0"]
     assert main(["tasks", "prepare", "--out", str(out), "--mc-tasks", "keeper,family/sub_en", "--mc-limit", "4",
-                 "--no-qa"]) == 0
+                 "--truthfulness", "truthful_qa", *none]) == 0
     assert "| mlpmem_bb_keeper | 4 |" in capsys.readouterr().out
     assert (out / "mlpmem_bb_truthful_qa.yaml").exists()
-    assert main(["tasks", "prepare", "--out", str(out), "--mc-tasks", "keeper", "--no-qa", "--no-truthfulness"]) == 0
+    assert main(["tasks", "prepare", "--out", str(out), "--mc-tasks", "keeper", *none]) == 0
     assert "mlpmem_truthfulness: 0 tasks" in capsys.readouterr().out
     assert not (out / "mlpmem_bb_family__sub_en.yaml").exists()  # the earlier task is gone
     assert not (out / "mlpmem_bb_truthful_qa.yaml").exists()
@@ -234,12 +236,12 @@ def test_prepare_command_rewrites_its_folder_and_refuses_others(env, capsys):
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
     with pytest.raises(ConfigError, match="not a task folder"):
-        prepare_tasks(TasksConfig(out=str(foreign), mc_tasks=["keeper"], qa_config=None))
+        prepare_tasks(TasksConfig(out=str(foreign), mc_tasks=["keeper"], battery_limit=0, detect_limit=0))
     with pytest.raises(CorpusError, match="no_such_task"):
-        prepare_tasks(TasksConfig(out=str(env / "t2"), mc_tasks=["no_such_task"], qa_config=None))
+        prepare_tasks(TasksConfig(out=str(env / "t2"), mc_tasks=["no_such_task"], battery_limit=0, detect_limit=0))
     with pytest.raises(ConfigError, match="twice"):
         TasksConfig(mc_tasks=["keeper", "keeper"])
     with pytest.raises(ConfigError, match="twice"):
-        TasksConfig(mc_tasks=["truthful_qa"])
+        TasksConfig(mc_tasks=["truthful_qa"], truthfulness=["truthful_qa"])
     with pytest.raises(ConfigError, match="no such screen.json"):
         chosen_tasks(env / "none.json")
