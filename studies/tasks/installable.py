@@ -123,9 +123,10 @@ def preference_task(name: str, questions: list[dict], seed: int) -> TaskRows:
     if missing:
         raise ConfigError(f"preference task {name}: question {missing[0]} has no answer or no hallucinated answer")
     second = balanced_flags([q["id"] for q in questions], seed, f"preference-{name}")
-    rows = [two_choice(q["id"], f"Question: {q['question']}", q["answers"][0], q["hallucinated"], second[q["id"]])
-            for q in questions]
-    return TaskRows(f"{PREFER_GROUP}_{name}", rows, "\nAnswer: ", "the halueval_qa benchmark's questions")
+    rows = [two_choice(q["id"], f"Question: {q['question']}\nAnswer:", q["answers"][0], q["hallucinated"],
+                       second[q["id"]]) for q in questions]
+    # the answer prefix ends the prompt: acc_norm divides each choice's log-likelihood by its own length only
+    return TaskRows(f"{PREFER_GROUP}_{name}", rows, " ", "the halueval_qa benchmark's questions")
 
 
 def analogy_tasks(limit: int | None, seed: int, distractors: int = 3,

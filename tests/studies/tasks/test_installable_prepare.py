@@ -79,7 +79,7 @@ def test_preference_tasks_come_from_the_benchmark_questions_and_score_acc_norm(c
     assert {r["id"] for r in rows} == set(questions)
     for r in rows:  # the right answer against the hallucinated one, the question alone in the prompt
         q = questions[r["id"]]
-        assert r["prompt"] == f"Question: {q['question']}" and r["choices"][r["label"]] == q["answers"][0]
+        assert r["prompt"] == f"Question: {q['question']}\nAnswer:" and r["choices"][r["label"]] == q["answers"][0]
         assert set(r["choices"]) == {q["answers"][0], q["hallucinated"]}
     assert {r["label"] for r in rows} == {0, 1}  # the right answer's position is balanced
     manager = task_manager(cache / "tasks", local_only=True)
