@@ -17,6 +17,23 @@ from mlpmem.utils.checksums import verify_folder
 
 MEMORY_DIR = "memory"
 GATE_DIR = "gate"
+REMOTE_CODE = "modeling_mlpmem.py"
+"""The folder's remote-code file: what ``auto_map`` names, so that stock transformers tools (lm-eval's ``hf``
+type, ``AutoModelForCausalLM``) load the folder with ``trust_remote_code=True`` without importing mlpmem first."""
+AUTO_MAP = {"AutoConfig": "modeling_mlpmem.MemoryAugmentedConfig",
+            "AutoModelForCausalLM": "modeling_mlpmem.MemoryAugmentedForCausalLM"}
+REMOTE_CODE_TEXT = '''"""An mlpmem export (an MLP Memory mixed into a frozen causal LM) for transformers' remote code:
+``AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)``, e.g. lm-eval's
+``--model hf --model_args pretrained=FOLDER,trust_remote_code=True``.
+
+The classes are the installed mlpmem package's own (``pip install mlpmem``; written by mlpmem {version}).
+"""
+
+from mlpmem.inference.hf_config import MemoryAugmentedConfig
+from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
+
+__all__ = ["MemoryAugmentedConfig", "MemoryAugmentedForCausalLM"]
+'''
 
 
 def backbone_reference(backbone, name: str | None = None) -> str | None:
@@ -93,6 +110,17 @@ def single_device(device_map):
             raise ConfigError(f"a memory-augmented model runs on one device, got device_map {device_map}")
         device_map = devices.pop()
     return torch.device(device_map if not isinstance(device_map, int) else f"cuda:{device_map}")
+
+
+def write_remote_code(folder: Path, config: MemoryAugmentedConfig) -> None:
+    """Write :data:`REMOTE_CODE` into ``folder`` and point ``config``'s ``auto_map`` at it (before the config is
+    saved): transformers' custom-model convention, which loads the folder with ``trust_remote_code=True`` in a
+    process that never imported mlpmem (the file imports the installed package's classes)."""
+    from mlpmem import __version__
+
+    (folder / REMOTE_CODE).write_text(REMOTE_CODE_TEXT.format(version=__version__), encoding="utf-8")
+    config.auto_map = dict(AUTO_MAP)
+    config._auto_class = None  # a remote-code load marks the class: transformers would copy hf_config.py here
 
 
 def check_replaceable(target: Path) -> None:

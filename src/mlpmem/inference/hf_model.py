@@ -11,7 +11,9 @@ take it as it is.
 A saved folder::
 
     folder/
-      config.json              MemoryAugmentedConfig: backbone reference, fingerprint, λ, gate, key layer/site
+      config.json              MemoryAugmentedConfig: backbone reference, fingerprint, λ, gate, key layer/site,
+                               and ``auto_map`` naming modeling_mlpmem.py
+      modeling_mlpmem.py       transformers' remote code: imports these classes from the installed mlpmem
       tokenizer files          the backbone's tokenizer (AutoTokenizer.from_pretrained(folder) works)
       memory/                  the memory (config.json + model.safetensors, mlpmem.memory.io)
       memory.sha256.json       the checksums of memory/'s files, checked when it loads
@@ -20,8 +22,11 @@ A saved folder::
 
 Importing this module registers the ``mlpmem`` model type with ``AutoConfig`` and ``AutoModelForCausalLM``
 (as any package registers its own model type), so ``AutoModelForCausalLM.from_pretrained(folder)`` works
-once ``import mlpmem.inference.hf_model`` (or ``import mlpmem.evaluation.harness``) has run; there is no
-remote code.
+once ``import mlpmem.inference.hf_model`` (or ``import mlpmem.evaluation.harness``) has run. A process that
+never imports mlpmem (lm-eval's own ``lm_eval --model hf`` command, any stock tool) loads the folder with
+``trust_remote_code=True``: transformers' custom-model convention, ``auto_map`` pointing at the folder's
+``modeling_mlpmem.py``, whose only code imports these classes (mlpmem must be installed;
+:func:`~mlpmem.inference.hf_folder.write_remote_code`).
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from mlpmem.inference.hf_folder import (
     read_config,
     single_device,
     torch_dtype,
+    write_remote_code,
 )
 from mlpmem.inference.hooks import BackboneWrapper, MixingHooks
 from mlpmem.inference.mixing import check_lambda
@@ -257,6 +263,7 @@ class MemoryAugmentedForCausalLM(MixingHooks, BackboneWrapper, PreTrainedModel, 
         if self.gate is not None:
             save_gate(self.gate, folder / GATE_DIR, self.memory)
         self.tokenizer.save_pretrained(folder)
+        write_remote_code(folder, config)
         config.save_pretrained(folder)
 
 
