@@ -1,2 +1,2 @@
-"""Speed benchmarks: ``python -m studies bench infer`` (inference), ``offline`` (offline stages), ``packing``,
+"""Speed benchmarks: ``python -m studies bench infer`` (inference), ``offline`` (offline stages),
 ``lm-eval`` and ``scale``."""
