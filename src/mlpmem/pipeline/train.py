@@ -19,7 +19,6 @@ from mlpmem.pipeline.run import Run
 from mlpmem.reporting.curves import write_learning_curve
 from mlpmem.teacher import TeacherStore
 from mlpmem.training.data import EvalData, TrainData
-from mlpmem.training.flops import train_flops_per_token
 from mlpmem.training.loop import train_memory
 from mlpmem.training.selection import tokens_seen
 from mlpmem.utils.io import remove_written
@@ -91,6 +90,5 @@ def stage_train(run: Run, rebuild: bool = False, out: Path | None = None) -> dic
         steps_per_epoch = math.ceil(len(data.targets) / run.cfg.train.batch_size)  # fewer steps if stopped early
         tokens = tokens_seen(state["step"], steps_per_epoch, run.cfg.train.batch_size, len(data.targets))
         run.record_timing("train", tokens=tokens, seconds=state["train_seconds"], tokens_per_s=state["tokens_per_s"],
-                          flops_per_token=train_flops_per_token(memory, data, run.cfg.train),
                           precision=resolve_precision(run.cfg.train.precision, memory.head.weight.device))
     return state
