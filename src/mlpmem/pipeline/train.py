@@ -12,7 +12,7 @@ import torch
 from mlpmem.compute import model_device, resolve_precision
 from mlpmem.datastore import KeyStore
 from mlpmem.layout import RunLayout, is_train_written
-from mlpmem.memory import MLPMemory, init_from_backbone, init_identity, size_for_backbone, tie_to_backbone
+from mlpmem.memory import MLPMemory, init_from_backbone, size_for_backbone, tie_to_backbone
 from mlpmem.memory.sizing import init_start
 from mlpmem.memory.vocab import corpus_vocabulary, index_of
 from mlpmem.pipeline.run import Run
@@ -40,8 +40,6 @@ def build_memory(run: Run, head_vocab: np.ndarray | None = None):
         init_from_backbone(memory, model, init_start(model, mcfg.key_layer))
     if mcfg.tie_head:
         tie_to_backbone(memory, model)
-    if mcfg.init == "identity":
-        init_identity(memory, model)
     return memory
 
 
