@@ -15,7 +15,7 @@ NAME = "python -m studies"
 GROUPS = {
     "": "the studies of a finished run or a preset",
     "qa": "knowledge QA: EM/F1 of one method, the whole comparison",
-    "bench": "speed benchmarks: inference, the gate's decode, offline stages, scale",
+    "bench": "speed benchmarks: inference, the gate's decode, offline stages, packing, scale",
     "tasks": "local lm-eval tasks from shipped data (compare methods on them with `mlpmem compare`)",
 }
 
@@ -23,6 +23,7 @@ QA = "studies.qa.cli"
 BENCH = "studies.bench.cli"
 INFER = "studies.bench.infer.config:InferBenchConfig"
 OFFLINE = "studies.bench.offline:OfflineBenchConfig"
+PACKING = "studies.bench.packing:PackingBenchConfig"
 LM_EVAL_BENCH = "studies.bench.lm_eval_contexts:LmEvalBenchConfig"
 KNN = "studies.bench.knn_setup:KnnSetupConfig"
 
@@ -124,6 +125,14 @@ COMMANDS = (
                 Arg("--train-steps", type=int, default_from=OFFLINE, help="timed training steps"),
                 Arg("--teacher-queries", type=int, default_from=OFFLINE,
                     help="queries of the full-size fp32 vs bf16 teacher search (0 skips)"))),
+    Command("packing", "bench", f"{BENCH}:bench_packing",
+            "key extraction of short documents: packed rows vs one window per row", (
+                Arg("config", nargs="?", default="studies/qa/configs/qa-synthetic.yaml",
+                    help="pipeline config: backbone, windows, datastore batch size, precision"),
+                Arg("--threads", type=int, help="torch threads (default: all cores)"),
+                Arg("--repeats", type=int, default_from=PACKING, help="timed repetitions (after the warm-up)"),
+                Arg("--tokens", type=int, default_from=PACKING, help="synthetic-facts tokens encoded per variant"),
+                Arg("--docs", dest="docs_dir", default_from=PACKING, help="folder of packing.md and packing.json"))),
     Command("lm-eval", "bench", f"{BENCH}:bench_lm_eval",
             "lm-eval scoring: shared contexts and one backbone pass, same answers", (
                 Arg("run", nargs="?", default_from=LM_EVAL_BENCH, help="a finished run"),

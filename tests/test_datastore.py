@@ -36,8 +36,9 @@ def test_rows_equal_labelled_tokens_and_keys_match_model(docs, tiny_llama, tiny_
     np.testing.assert_allclose(store.array("lm")[:23], lp.numpy(), atol=1e-5)
 
 
-def test_resume_after_kill_is_byte_identical(docs, tiny_llama, tiny_tokenizer, tmp_path, monkeypatch):
-    build_keystore(KeystoreConfig(**KW), tiny_llama, tiny_tokenizer, docs, tmp_path / "full", progress=False)
+@pytest.mark.parametrize("pack", [False, True])
+def test_resume_after_kill_is_byte_identical(docs, tiny_llama, tiny_tokenizer, tmp_path, monkeypatch, pack):
+    build_keystore(KeystoreConfig(**KW, pack=pack), tiny_llama, tiny_tokenizer, docs, tmp_path / "full", progress=False)
     import mlpmem.datastore as ds
 
     real, calls = ds._write_shard, []
@@ -50,12 +51,12 @@ def test_resume_after_kill_is_byte_identical(docs, tiny_llama, tiny_tokenizer, t
 
     monkeypatch.setattr(ds, "_write_shard", dying_write)
     with pytest.raises(KeyboardInterrupt):
-        build_keystore(KeystoreConfig(**KW), tiny_llama, tiny_tokenizer, docs, tmp_path / "part",
+        build_keystore(KeystoreConfig(**KW, pack=pack), tiny_llama, tiny_tokenizer, docs, tmp_path / "part",
                        progress=False)
     monkeypatch.setattr(ds, "_write_shard", real)
     with pytest.raises(CorruptArtifact, match="incomplete"):
         KeyStore(tmp_path / "part")
-    build_keystore(KeystoreConfig(**KW), tiny_llama, tiny_tokenizer, docs, tmp_path / "part", progress=False)
+    build_keystore(KeystoreConfig(**KW, pack=pack), tiny_llama, tiny_tokenizer, docs, tmp_path / "part", progress=False)
     full = sorted(p.name for p in (tmp_path / "full").glob("*.npy"))
     assert full == sorted(p.name for p in (tmp_path / "part").glob("*.npy"))
     for name in full:

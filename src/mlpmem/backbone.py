@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 import json
 import os
 import shutil
@@ -257,17 +258,58 @@ def output_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def extract_keys(model, input_ids, attention_mask=None, layer: int | float = -1, site: str = "ffn_input"):
+def extract_keys(model, input_ids, attention_mask=None, layer: int | float = -1, site: str = "ffn_input",
+                 position_ids=None):
     """Keys ``[B, T, d]`` from a truncated forward: layers above ``layer`` never run."""
+    extra = {} if position_ids is None else {"position_ids": position_ids}
     device = model_device(model)
+    extra = {k: v.to(device) for k, v in extra.items()}
     input_ids = input_ids.to(device)
     attention_mask = None if attention_mask is None else attention_mask.to(device)
     with KeyHook(model, layer, site, stop=True) as hook:
         try:
-            base_model(model)(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+            base_model(model)(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **extra)
         except _StopForward:
             pass
     return hook.keys
+
+
+# ---------------------------------------------------------------------------------------------
+# Packed rows: several documents in one row, attention restricted to each
+
+
+PACKED_ATTENTION = ("sdpa", "eager")
+"""Attention implementations of Hugging Face models that take a ready 4-D mask as it is."""
+
+
+def packing_unsupported(model: nn.Module) -> str | None:
+    """Why ``model`` cannot run packed rows (a 4-D mask plus explicit position ids), or None if it can.
+
+    Hugging Face decoders (Llama family, GPT-2, ...) pass a 4-D ``attention_mask`` through unchanged to the
+    ``sdpa`` and ``eager`` attention; other implementations (flash, flex) or models without ``position_ids``
+    (e.g. one that separates documents with its own document ids) cannot.
+    """
+    params = inspect.signature(base_model(model).forward).parameters
+    if "position_ids" not in params or "attention_mask" not in params:
+        return f"{type(base_model(model)).__name__}.forward takes no position_ids/attention_mask"
+    impl = getattr(model.config, "_attn_implementation", None)
+    if impl not in PACKED_ATTENTION:
+        return f"attention implementation {impl!r} is not one of {PACKED_ATTENTION}, which take a 4-D mask"
+    return None
+
+
+def document_mask(model: nn.Module, segments: torch.Tensor) -> torch.Tensor:
+    """The 4-D attention mask ``(B, 1, T, T)`` of packed rows with segment ids ``(B, T)``: causal within a
+    segment, nothing across. Boolean (True attends) for ``sdpa``; additive fp32 (0 or the fp32 minimum, what
+    transformers' own eager mask holds) for ``eager``. Padding (one segment at the end of a row) attends to
+    itself, so no query row is empty."""
+    T = segments.shape[1]
+    causal = torch.ones(T, T, dtype=torch.bool, device=segments.device).tril()  # (T, T)
+    allowed = (segments[:, :, None] == segments[:, None, :]) & causal  # (B, T, T)
+    if getattr(model.config, "_attn_implementation", None) == "eager":
+        additive = torch.zeros(allowed.shape, dtype=torch.float32, device=segments.device)  # (B, T, T)
+        return additive.masked_fill(~allowed, torch.finfo(torch.float32).min)[:, None]
+    return allowed[:, None]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,6 +7,12 @@ from a truncated forward (layers above the key layer never run). Row ``i`` of th
 shards is datastore id ``i``. A shard holds a fixed number of windows, so a resumed build runs the very
 same batches and writes byte-identical shards.
 
+With ``pack`` (:mod:`mlpmem.corpora.packing`), windows shorter than ``block_size`` share model rows, each
+attending only to itself with its own positions: the rows, their order and their count are those of one window
+per row, and the keys equal within floating-point rounding (a different matrix shape sums in another order),
+while a corpus of short documents runs full rows. The manifest records whether a store was packed, and a store
+is never resumed or reused the other way.
+
 What a keystore is built from is a :class:`KeystoreConfig` (the pipeline makes it from its ``backbone:``,
 ``corpus:`` and ``datastore:`` sections, :func:`mlpmem.pipeline.datastore.keystore_config`); the manifest records
 it, with the backbone's fingerprint and the corpus checksum, as :mod:`mlpmem.freshness` settings.
@@ -14,6 +20,7 @@ it, with the backbone's fingerprint and the corpus checksum, as :mod:`mlpmem.fre
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,20 +34,24 @@ from mlpmem.backbone import (
     KeyHook,
     base_model,
     check_fingerprint,
+    document_mask,
     extract_keys,
     fingerprint,
     output_logits,
+    packing_unsupported,
     resolve_layer,
 )
 from mlpmem.compute import autocast, check_precision, inference_scope, model_device, resolve_precision
 from mlpmem.config import Config
 from mlpmem.corpora.documents import (
     Window,
+    Windows,
     corpus_hash,
     document_lengths,
     make_windows,
     release_pages,
 )
+from mlpmem.corpora.packing import Layout, batch_bounds, pack_layout, packed_rows, scored_index, window_lengths
 from mlpmem.errors import ConfigError, CorruptArtifact, MlpmemError
 from mlpmem.utils.distributed import (
     Dist,
@@ -69,12 +80,14 @@ class KeystoreConfig(Config):
     stride: int = 256
     """Tokens between window starts; each window scores the targets the previous one did not."""
     batch_size: int = 4
-    """Windows per forward."""
+    """Rows per forward: windows, or with ``pack`` rows of ``block_size`` tokens."""
     batches_per_shard: int = 16
     with_lm: bool = False
     """Also store the backbone's log-probability of each target (the evaluation splits)."""
     precision: str = "fp32"
     """The decoder's precision (``auto`` is resolved on the model's device before it is recorded)."""
+    pack: bool = False
+    """Pack windows shorter than ``block_size`` into shared rows (:mod:`mlpmem.corpora.packing`)."""
 
     def validate(self) -> None:
         check_precision(self.precision)
@@ -107,27 +120,45 @@ def pad_windows(token_docs: Sequence[np.ndarray], windows: Sequence[Window], pad
     return input_ids.to(device), mask.to(device)
 
 
-def _scored_states(model, token_docs, windows: Sequence[Window], layer: int, site: str,
-                   with_lm: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _model_inputs(model, token_docs, windows: Sequence[Window], layout: Layout, packed: bool) -> dict:
+    """Keyword inputs of the decoder stack: right-padded rows with a 2-D mask, or packed rows with a 4-D
+    document mask and restarting position ids."""
+    if not packed:
+        input_ids, mask = pad_windows(token_docs, windows)  # (B, T)
+        return {"input_ids": input_ids, "attention_mask": mask}
+    rows = packed_rows(token_docs, windows, layout)
+    return {"input_ids": torch.from_numpy(rows.input_ids),  # (R, T)
+            "attention_mask": document_mask(model, torch.from_numpy(rows.segments)),  # (R, 1, T, T)
+            "position_ids": torch.from_numpy(rows.position_ids)}  # (R, T)
+
+
+def _scored_states(model, token_docs, windows: Sequence[Window], layer: int, site: str, with_lm: bool,
+                   pack_into: int | None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Keys ``(M, d)`` and, with ``with_lm``, final hidden states ``(M, d)`` at the scored positions, window by
     window (in the running precision)."""
-    input_ids, mask = pad_windows(token_docs, windows, device=model_device(model))  # (B, T)
-    rows = torch.cat([torch.full((w.num_scored,), b) for b, w in enumerate(windows)]).to(input_ids.device)  # (M,)
-    cols = torch.cat([torch.arange(w.positions.start, w.positions.stop) for w in windows]).to(input_ids.device)
+    layout = pack_layout(window_lengths(windows), pack_into)
+    device = model_device(model)
+    inputs = _model_inputs(model, token_docs, windows, layout, pack_into is not None)
+    inputs = {k: v.to(device) for k, v in inputs.items()}
+    rows, cols = (torch.from_numpy(a).to(device) for a in scored_index(windows, layout))  # (M,) each
     if not with_lm:
-        return extract_keys(model, input_ids, mask, layer=layer, site=site)[rows, cols], None
+        return extract_keys(model, layer=layer, site=site, **inputs)[rows, cols], None
     with KeyHook(model, layer, site) as hook:
-        hidden = base_model(model)(input_ids=input_ids, attention_mask=mask, use_cache=False)[0]  # (B, T, d)
+        hidden = base_model(model)(**inputs, use_cache=False)[0]  # (R, T, d)
     return hook.keys[rows, cols], hidden[rows, cols]
 
 
 @torch.no_grad()
 def encode_windows(model, token_docs, windows: list[Window], layer: int, site: str, with_lm: bool,
-                   precision: str = "fp32") -> EncodedBatch:
-    """Keys (and optionally LM log-probs) of the scored targets of a batch of windows, one right-padded window per
-    row. The decoder runs at ``precision``; the LM head runs in fp32 on the scored positions only."""
+                   precision: str = "fp32", pack_into: int | None = None) -> EncodedBatch:
+    """Keys (and optionally LM log-probs) of the scored targets of a batch of windows.
+
+    ``pack_into=None`` runs one right-padded window per row; a token count packs consecutive windows into rows of
+    at most that many tokens (check :func:`packing_check` first). The rows come out in window order either way.
+    The decoder runs at ``precision``; the LM head runs in fp32 on the scored positions only.
+    """
     with autocast(model, precision):
-        keys, hidden = _scored_states(model, token_docs, windows, layer, site, with_lm)  # (M, d)
+        keys, hidden = _scored_states(model, token_docs, windows, layer, site, with_lm, pack_into)  # (M, d)
     keys_out = keys.to(torch.float16).cpu().numpy()
     if not np.isfinite(keys_out).all():
         raise CorruptArtifact("the backbone produced NaN/Inf keys (or keys beyond fp16 range) at this layer")
@@ -141,9 +172,43 @@ def encode_windows(model, token_docs, windows: list[Window], layer: int, site: s
     return EncodedBatch(keys_out, values, lm_logprob)
 
 
-def keystore_settings(config: KeystoreConfig, model, tokenizer, token_docs: Sequence[np.ndarray]) -> dict:
+PROBE_TOLERANCE = 1e-4
+"""Largest relative difference (fp32) of packed vs separate keys in :func:`packing_check`: fp32 rounding stays
+orders of magnitude below it, a document that sees another one's tokens (or misses its positions) far above."""
+
+
+@torch.no_grad()
+def packing_check(model, layer: int, site: str) -> str | None:
+    """Why packed rows would not give ``model`` its own keys, or None when they do.
+
+    The static check of :func:`~mlpmem.backbone.packing_unsupported`, then a probe on the model itself: two
+    short documents packed in one row (fp32) must get the keys each gets alone; a model that ignores the 4-D
+    mask or the position ids fails it.
+    """
+    reason = packing_unsupported(model)
+    if reason is not None:
+        return reason
+    vocab = model.get_input_embeddings().weight.shape[0]
+    docs = [np.arange(1, 8) % vocab, np.arange(8, 13) % vocab]
+    windows = [Window(0, 0, 7, 1), Window(1, 0, 5, 1)]
+    alone = _scored_states(model, docs, windows, layer, site, False, None)[0]  # (M, d)
+    try:
+        packed = _scored_states(model, docs, windows, layer, site, False, 12)[0]
+    except Exception as exc:  # noqa: BLE001 - any failure of the packed forward means: do not pack
+        first = (str(exc).splitlines() or [""])[0]
+        return f"a packed forward of {type(model).__name__} fails ({type(exc).__name__}: {first})"
+    error = ((packed - alone).norm() / alone.norm()).item()
+    if not error <= PROBE_TOLERANCE:
+        return f"{type(model).__name__} does not keep packed documents apart (relative key difference {error:.1e})"
+    return None
+
+
+def keystore_settings(config: KeystoreConfig, model, tokenizer,
+                      token_docs: Sequence[np.ndarray]) -> tuple[dict, str | None]:
     """What a keystore built now from ``config`` records (and a resumed or reused one must have recorded): the
-    config as it runs on ``model`` (layer index, precision), the backbone, the corpus."""
+    config as it runs on ``model`` (layer index, precision, whether it packs), the backbone, the corpus; and why
+    it does not pack although ``config.pack`` asks it to (None when it packs or was not asked to)."""
+    pack_into, fallback = _pack_into(model, config) if config.pack else (None, None)
     return {
         "format": FORMAT,
         "backbone": fingerprint(model, tokenizer),
@@ -155,8 +220,9 @@ def keystore_settings(config: KeystoreConfig, model, tokenizer, token_docs: Sequ
         "batches_per_shard": config.batches_per_shard,
         "with_lm": config.with_lm,
         "precision": resolve_precision(config.precision, model_device(model)),  # the manifest names what ran
+        "pack": pack_into is not None,
         "corpus_sha": corpus_hash(token_docs),
-    }
+    }, fallback
 
 
 def build_keystore(config: KeystoreConfig, model, tokenizer, token_docs: Sequence[np.ndarray], out_dir: str | Path,
@@ -166,20 +232,25 @@ def build_keystore(config: KeystoreConfig, model, tokenizer, token_docs: Sequenc
 
     Shard s always holds windows ``[s * P, (s + 1) * P)`` with ``P = batch_size * batches_per_shard``, so
     its bytes do not depend on which process builds it: under ``accelerate launch``/``torchrun`` each process
-    encodes a contiguous slice of the pending shards and process 0 merges the records in corpus order. Shards
-    already in ``out_dir`` with their records (a killed build's, or another store's linked in by
-    :func:`mlpmem.pipeline.reuse.take_key_shards`) are kept.
+    encodes a contiguous slice of the pending shards and process 0 merges the records in corpus order.
+    With ``pack`` a batch is up to ``batch_size`` rows of ``block_size`` tokens that share out, first-fit, as many
+    consecutive windows of the shard as fit (a backbone that cannot run packed rows falls back to one window per
+    row, with a warning); the manifest records which way the store was built. Shards already in ``out_dir`` with
+    their records (a killed build's, or another store's linked in by :func:`mlpmem.pipeline.reuse.take_key_shards`)
+    are kept.
     """
     dist = dist or current()
     out_dir = Path(out_dir)
     _check_context(model, config.block_size)
-    settings = keystore_settings(config, model, tokenizer, token_docs)
+    settings, fallback = keystore_settings(config, model, tokenizer, token_docs)
+    pack_into = config.block_size if settings["pack"] else None
     windows = make_windows(document_lengths(token_docs), config.block_size, config.stride)
     if not windows:
         raise MlpmemError("the corpus has no token to score (every document is shorter than 2 tokens)")
     per_shard = config.batch_size * config.batches_per_shard
     num_shards = -(-len(windows) // per_shard)
-    fresh = dict(num_windows=len(windows), num_targets=windows.num_scored, rows=0, shards=[], complete=False)
+    fresh = dict(num_windows=len(windows), num_targets=windows.num_scored, rows=0, shards=[],
+                 complete=False, pack_fallback=fallback)
     manifest = open_build(out_dir, settings, fresh, rebuild, dist, "keystore")
     if manifest["complete"]:
         return manifest
@@ -193,14 +264,29 @@ def build_keystore(config: KeystoreConfig, model, tokenizer, token_docs: Sequenc
         for s in mine:
             shard_windows = windows[s * per_shard : (s + 1) * per_shard]
             parts = []
-            for b in range(0, len(shard_windows), config.batch_size):
-                parts.append(encode_windows(model, token_docs, shard_windows[b : b + config.batch_size],
-                                            settings["layer"], config.site, config.with_lm, settings["precision"]))
+            for batch in window_batches(shard_windows, config.batch_size, pack_into):
+                parts.append(encode_windows(model, token_docs, batch, settings["layer"], config.site, config.with_lm,
+                                            settings["precision"], pack_into))
                 bar.update(len(parts[-1].values))
             manifest = _write_shard(out_dir, manifest, parts, len(shard_windows), s, num_shards, dist)
             release_pages(token_docs)
     bar.close()
     return finish_build(out_dir, num_shards, dist, "keystore")
+
+
+def window_batches(windows: Windows, batch_size: int, pack_into: int | None) -> list[Windows]:
+    """Consecutive batches of ``windows``: ``batch_size`` windows each, or with ``pack_into`` as many as fill
+    ``batch_size`` packed rows."""
+    return [windows[b] for b in batch_bounds(window_lengths(windows), batch_size, pack_into)]
+
+
+def _pack_into(model, config: KeystoreConfig) -> tuple[int | None, str | None]:
+    """``(block_size, None)`` when ``model`` runs packed rows, else ``(None, why not)`` with a warning."""
+    reason = packing_check(model, resolve_layer(model, config.layer), config.site)
+    if reason is None:
+        return config.block_size, None
+    warnings.warn(f"datastore: one window per row ({reason})", stacklevel=4)
+    return None, reason
 
 
 def _check_context(model, block_size: int) -> None:

@@ -1,7 +1,7 @@
 """Whether an artifact is current: the one freshness check of every artifact mlpmem builds.
 
 Every artifact records what it was built from as one flat JSON object of *settings*: dotted keys to JSON
-values (``train.lr``, ``datastore.batch_size``, ``layer``), the checksums of the inputs it read among them
+values (``train.lr``, ``datastore.pack``, ``layer``), the checksums of the inputs it read among them
 (``memory.sha256``). A run folder's stage record (:mod:`mlpmem.pipeline.records`) and a trainer state
 (:class:`mlpmem.training.checkpoint.TrainState`) hold them as ``built_from``; a sharded build's manifest (keystore,
 teacher) as its top-level keys beside its progress (:func:`mlpmem.utils.shards.check_manifest`); the kNN-LM

@@ -1,2 +1,2 @@
-"""Speed benchmarks: ``python -m studies bench infer`` (inference), ``offline`` (offline stages),
+"""Speed benchmarks: ``python -m studies bench infer`` (inference), ``offline`` (offline stages), ``packing``,
 ``lm-eval`` and ``scale``."""

@@ -1,8 +1,8 @@
-"""The commands ``python -m studies bench infer``, ``offline`` and ``lm-eval``
+"""The commands ``python -m studies bench infer``, ``offline``, ``packing`` and ``lm-eval``
 (declared in :mod:`studies.cli`).
 
 An option left out is ``None`` and keeps the default of ``InferBenchConfig`` / ``OfflineBenchConfig`` /
-``LmEvalBenchConfig``.
+``PackingBenchConfig`` / ``LmEvalBenchConfig``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from studies.bench import offline
+from studies.bench import offline, packing
 from studies.bench.infer import run as infer
 from studies.bench.infer.config import InferBenchConfig
 from studies.bench.knn_setup import KnnSetupConfig
@@ -40,6 +40,11 @@ def bench_infer(args: argparse.Namespace) -> None:
 def bench_offline(args: argparse.Namespace) -> None:
     values = _given(args, ("threads", "repeats", "out_dir", "train_tokens", "train_steps", "teacher_queries"))
     offline.main(args.config, offline.OfflineBenchConfig(**values, overrides=args.set), progress=not args.quiet)
+
+
+def bench_packing(args: argparse.Namespace) -> None:
+    values = _given(args, ("threads", "repeats", "tokens", "docs_dir"))
+    packing.main(args.config, packing.PackingBenchConfig(**values))
 
 
 def bench_lm_eval(args: argparse.Namespace) -> None:

@@ -20,8 +20,13 @@ from mlpmem.utils.runtime import set_threads
 @dataclass
 class DatastoreConfig(Config):
     batch_size: int = 4
-    """Windows per forward."""
+    """Rows per forward: windows, or with ``pack`` rows of ``corpus.block_size`` tokens."""
     batches_per_shard: int = 16
+    pack: bool = False
+    """Pack windows shorter than ``corpus.block_size`` into shared rows, each seeing only itself (same rows, order
+    and keys within rounding; fewer, fuller forwards). Recorded in the keystore manifest. Off by default: on the
+    CPUs measured so far it did not speed key extraction up (docs/results/speed/packing.md, ``python -m studies bench
+    packing``); measure before turning it on elsewhere."""
 
     def validate(self) -> None:
         if self.batch_size < 1 or self.batches_per_shard < 1:
@@ -34,7 +39,7 @@ def keystore_config(cfg, with_lm: bool = False) -> KeystoreConfig:
     return KeystoreConfig(layer=cfg.backbone.layer, site=cfg.backbone.site, block_size=cfg.corpus.block_size,
                           stride=cfg.corpus.stride, batch_size=cfg.datastore.batch_size,
                           batches_per_shard=cfg.datastore.batches_per_shard, with_lm=with_lm,
-                          precision=cfg.backbone.precision)
+                          precision=cfg.backbone.precision, pack=cfg.datastore.pack)
 
 
 def stage_datastore(run: Run, rebuild: bool = False) -> dict:

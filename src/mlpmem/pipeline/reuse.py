@@ -102,7 +102,7 @@ def take_key_shards(donor: KeyDonor, config: KeystoreConfig, model, tokenizer, t
     """Link into ``out_dir`` every shard of ``donor`` that the keystore of ``token_docs`` built from ``config``
     would encode byte for byte and has not built yet (before :func:`~mlpmem.datastore.build_keystore`, which
     keeps them); the rows taken: none when the donor has no manifest or was built from other settings."""
-    settings = keystore_settings(config, model, tokenizer, token_docs)
+    settings, _ = keystore_settings(config, model, tokenizer, token_docs)
     try:
         manifest = read_json(Path(donor.path) / MANIFEST, f"keystore {donor.path}")
     except CorruptArtifact:

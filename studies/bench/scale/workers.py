@@ -48,7 +48,7 @@ def worker_stage(config: str, run_dir: str, tokens: int, stage: str) -> dict:
         model, tokenizer = run.backbone
         dist.barrier()
         t0 = time.perf_counter()
-        config = dataclasses.replace(keystore_config(cfg), batches_per_shard=1)
+        config = dataclasses.replace(keystore_config(cfg), batches_per_shard=1, pack=False)
         manifest = build_keystore(config, model, tokenizer, docs, run.path("datastore"), progress=False, dist=dist)
     else:
         dist.barrier()
@@ -70,7 +70,7 @@ def worker_corpus(run_dir: str, mode: str) -> dict:
     if mode == "stream":
         shutil.rmtree(run.path("tokens"), ignore_errors=True)  # tokenizing is part of what is measured
         docs = split_tokens(run, "train")
-        config = dataclasses.replace(keystore_config(cfg))
+        config = dataclasses.replace(keystore_config(cfg), pack=False)
         rows = build_keystore(config, model, tokenizer, docs, run.path("datastore"), rebuild=True,
                               progress=False)["rows"]
     else:
