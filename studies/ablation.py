@@ -2,7 +2,7 @@
 
 Training studies (``head-init``, ``vocab``, ``alpha``, ``size``, ``epochs``, ``regularise``, ``seeds``): each
 variant is the run's config with some values of its ``memory:`` and ``train:`` sections overridden (head, init,
-vocabulary, size, dropout; alpha, epochs, key noise, weight decay, seed), trained on the run's own datastore and
+vocabulary, size, dropout; alpha, epochs, weight decay, seed), trained on the run's own datastore and
 teacher into ``run_dir/ablations/<study>/<variant>/`` (each with its learning curve). The variant equal to the run's own
 finished memory (same memory section and training recipe) is that memory, read rather than trained again.
 
@@ -66,7 +66,6 @@ STUDIES = {  # study -> {variant: {"section.key": value}} over the run's memory:
     "distil": DISTIL_VARIANTS,  # a memory trained against the seeds' ensemble (experiments.ensemble)
     "regularise": {
         "none": {},
-        **{f"key noise {n}": {"train.key_noise": n} for n in (0.05, 0.1, 0.2, 0.4)},
         **{f"dropout {d}": {"memory.dropout": d} for d in (0.1, 0.3)},
         **{f"weight decay {w}": {"train.weight_decay": w} for w in (0.1, 0.3)},
     },

@@ -5,7 +5,7 @@ import torch
 from helpers.corpus import corpus_text
 from helpers.tiny import tiny_backbone
 from mlpmem.backbone import KeyHook
-from mlpmem.corpora.documents import Document, count_targets, tokenize_documents
+from mlpmem.corpora.documents import Document, tokenize_documents
 from mlpmem.datastore import KeyStore, KeystoreConfig, build_keystore
 from mlpmem.errors import CorruptArtifact, FingerprintMismatch
 
@@ -22,7 +22,7 @@ def test_rows_equal_labelled_tokens_and_keys_match_model(docs, tiny_llama, tiny_
     manifest = build_keystore(KeystoreConfig(with_lm=True, **{**KW, "stride": stride}), tiny_llama, tiny_tokenizer,
                               docs, tmp_path / "ds", progress=False)
     store = KeyStore(tmp_path / "ds")
-    assert store.num_rows == manifest["rows"] == count_targets([len(d) for d in docs])
+    assert store.num_rows == manifest["rows"] == sum(len(d) - 1 for d in docs)
     assert len(store.shards) > 1
     values = store.array("values")
     assert np.array_equal(values, np.concatenate([d[1:] for d in docs]))

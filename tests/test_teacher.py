@@ -12,13 +12,26 @@ from mlpmem.teacher import (
     TeacherConfig,
     TeacherStore,
     aggregate_by_token,
-    aggregate_reference,
     build_teacher,
     exclude_and_weight,
     shard_groups,
 )
 
 KW = dict(layer=-1, site="ffn_input", block_size=24, stride=12, batch_size=2, batches_per_shard=2)
+
+
+def aggregate_reference(tokens: np.ndarray, weights: np.ndarray, top_k: int):
+    """Plain-loop reference of :func:`mlpmem.teacher.aggregate_by_token`."""
+    ids = np.full((len(tokens), top_k), -1, dtype=np.int64)
+    probs = np.zeros((len(tokens), top_k), dtype=np.float64)
+    for r, (tok_row, w_row) in enumerate(zip(tokens, weights)):
+        sums: dict[int, float] = {}
+        for t, w in zip(tok_row, w_row):
+            sums[int(t)] = sums.get(int(t), 0.0) + float(w)
+        best = sorted(((p, t) for t, p in sums.items() if p > 0), key=lambda x: (-x[0], x[1]))[:top_k]
+        for j, (p, t) in enumerate(best):
+            ids[r, j], probs[r, j] = t, p
+    return ids, probs
 
 
 @pytest.fixture()

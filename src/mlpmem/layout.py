@@ -139,9 +139,6 @@ class RunLayout:
         """The run folder's lock (:mod:`mlpmem.utils.lock`)."""
         return self.root / ".lock"
 
-    def ablation(self, study: str) -> Path:
-        return self.root / "ablations" / study
-
     @property
     def gate(self) -> Path:
         """The learned gate of the memory (:mod:`mlpmem.inference.gate_io`), its features and report."""

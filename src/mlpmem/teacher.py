@@ -123,20 +123,6 @@ def aggregate_by_token(tokens: torch.Tensor, weights: torch.Tensor, top_k: int):
     return ids, probs
 
 
-def aggregate_reference(tokens: np.ndarray, weights: np.ndarray, top_k: int):
-    """Plain-loop reference of :func:`aggregate_by_token` (for tests)."""
-    ids = np.full((len(tokens), top_k), -1, dtype=np.int64)
-    probs = np.zeros((len(tokens), top_k), dtype=np.float64)
-    for r, (tok_row, w_row) in enumerate(zip(tokens, weights)):
-        sums: dict[int, float] = {}
-        for t, w in zip(tok_row, w_row):
-            sums[int(t)] = sums.get(int(t), 0.0) + float(w)
-        best = sorted(((p, t) for t, p in sums.items() if p > 0), key=lambda x: (-x[0], x[1]))[:top_k]
-        for j, (p, t) in enumerate(best):
-            ids[r, j], probs[r, j] = t, p
-    return ids, probs
-
-
 def knn_sparse(dists, ids, values: np.ndarray, query_ids, k: int, temperature: float, top_k: int):
     """Sparse teacher rows from raw search results: ``(ids int32, probs fp32, residual fp32)``."""
     dists_t, ids_t = torch.from_numpy(dists), torch.from_numpy(ids)

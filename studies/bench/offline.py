@@ -56,9 +56,9 @@ from mlpmem.pipeline.train import build_memory, eval_data, head_vocabulary
 from mlpmem.reporting.tables import markdown_table
 from mlpmem.teacher import TeacherStore, knn_sparse
 from mlpmem.training.data import TrainData
-from mlpmem.training.flops import peak_max_size, peak_size, random_square, synced_mm, train_flops_per_token
 from mlpmem.training.loop import train_memory
 from studies.bench.common import summarize, threads, write_text
+from studies.bench.flops import peak_max_size, peak_size, random_square, synced_mm, train_flops_per_token
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """``python -m studies bench packing``: key extraction of short documents, one window per row vs packed rows,
 in one run.
 
-The corpus is the synthetic-facts memory corpus of the QA benchmark (:mod:`studies.qa.synthetic`:
+The corpus is the synthetic-facts memory corpus of the QA benchmark (:mod:`memory_mosaics.experiments.synthetic`:
 biographies of a few dozen tokens each), capped at ``tokens``, tokenized by the config's backbone and cut into the
 config's windows. Batches are the datastore stage's (:func:`~mlpmem.datastore.window_batches`,
 ``datastore.batch_size`` rows), each encoded by :func:`~mlpmem.datastore.encode_windows` (the truncated key pass)
@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from memory_mosaics.experiments.synthetic import SyntheticConfig, generate
 from mlpmem.backbone import load_backbone, resolve_layer
 from mlpmem.compute import model_device, resolve_precision
 from mlpmem.config import Config
@@ -38,7 +39,6 @@ from mlpmem.errors import ConfigError, MlpmemError
 from mlpmem.pipeline.config import PipelineConfig
 from mlpmem.reporting.tables import markdown_table
 from studies.bench.common import interleave, summarize, threads, write_text
-from studies.qa.synthetic import SyntheticConfig, generate
 
 UNPACKED, PACKED, LONG = "one window per row", "packed", "long text (reference)"
 

@@ -11,11 +11,11 @@ import json
 import random
 from pathlib import Path
 
+from memory_mosaics.experiments.bigbench import disfl_qa
+from memory_mosaics.experiments.synthetic import SyntheticConfig, generate, write_benchmark
 from mlpmem.utils.io import read_jsonl, write_jsonl
-from studies.qa.bigbench import disfl_qa
 from studies.qa.config import BenchmarkConfig
 from studies.qa.halueval_qa import prepare_halueval_qa
-from studies.qa.synthetic import SyntheticConfig, generate, write_benchmark
 
 
 def prepare_synthetic(options: dict, out: Path) -> Path:

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import sys
 
+from memory_mosaics.experiments.bigbench import multiple_choice, qa_wikidata, read_task
 from mlpmem.errors import ConfigError
-from studies.qa.bigbench import multiple_choice, qa_wikidata, read_task
 from studies.qa.config import QASuiteConfig
 from studies.tasks.catalog import DEFAULT_NINE
 from studies.tasks.choice_tasks import answer_delimiter, rows

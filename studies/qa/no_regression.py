@@ -9,8 +9,8 @@ so the report pairs each method with the backbone item by item.
 
 from __future__ import annotations
 
+from memory_mosaics.experiments.bigbench import multiple_choice, qa_wikidata
 from mlpmem.evaluation.choice import score_multiple_choice
-from studies.qa.bigbench import multiple_choice, qa_wikidata
 from studies.qa.config import NoRegressionConfig
 from studies.qa.eval_qa import GenerationConfig, evaluate_questions
 from studies.qa.per_item import PER_ITEM, qa_per_item

@@ -20,6 +20,7 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from memory_mosaics.experiments.synthetic import SyntheticConfig, chance_accuracy, generate
 from mlpmem.baselines.finetuned import save_finetuned
 from mlpmem.baselines.methods import METHODS, Built, MethodOptions, build_method
 from mlpmem.inference.gate_io import saved_for
@@ -38,7 +39,6 @@ from studies.qa.gate_negatives import gate_negatives
 from studies.qa.no_regression import no_regression, no_regression_items
 from studies.qa.per_item import PER_ITEM, qa_per_item
 from studies.qa.question_gate import openness, question_gate
-from studies.qa.synthetic import SyntheticConfig, chance_accuracy, generate
 
 SAMPLE_PREDICTIONS = 20
 """Predictions kept per split in a method's file, for the report's reader."""

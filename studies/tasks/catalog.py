@@ -39,10 +39,10 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from memory_mosaics.experiments.bigbench import bigbench_archive, disfl_qa, multiple_choice, qa_wikidata
 from mlpmem.config import Config
 from mlpmem.errors import ConfigError, CorpusError
 from mlpmem.utils.io import cache_root
-from studies.qa.bigbench import bigbench_archive, disfl_qa, multiple_choice, qa_wikidata
 
 TASKS_DIR = "/bigbench/benchmark_tasks/"
 NON_ENGLISH = {"non-English", "multilingual", "translation", "low-resource language"}

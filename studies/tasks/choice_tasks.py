@@ -8,7 +8,7 @@ them. The choices are not listed in the prompt: each one is scored as the contin
 scoring does. The answer prefix is the PMI's domain premise (:mod:`studies.tasks.writer`); a task
 whose answer prefix is empty is scored against the bare choice.
 
-Items: the first ``limit`` single-label items in :func:`studies.qa.bigbench.multiple_choice`'s
+Items: the first ``limit`` single-label items in :func:`memory_mosaics.experiments.bigbench.multiple_choice`'s
 seeded order (the items the QA suite's no-regression check used); :func:`screen_items` draws the screen's
 items from the rest, so choosing the tasks on the backbone's screen does not select on the evaluated items.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 
-from studies.qa.bigbench import multiple_choice, read_task
+from memory_mosaics.experiments.bigbench import multiple_choice, read_task
 
 MC_GROUP = "mlpmem_bigbench"
 """The lm-eval group of the nine multiple-choice tasks."""

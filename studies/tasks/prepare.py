@@ -28,11 +28,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memory_mosaics.experiments.bigbench import BIGBENCH_PIP_SPEC, qa_wikidata
 from mlpmem.config import Config
 from mlpmem.errors import ConfigError
 from mlpmem.inference.prompts import DEMONSTRATIONS, QUESTION_TEMPLATE
 from mlpmem.utils.io import cache_root, read_jsonl
-from studies.qa.bigbench import BIGBENCH_PIP_SPEC, qa_wikidata
 from studies.qa.config import QASuiteConfig
 from studies.qa.data import prepare_data, question_splits
 from studies.tasks import choice_tasks, installable

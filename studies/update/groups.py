@@ -6,9 +6,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from memory_mosaics.experiments.synthetic import document
 from mlpmem.inference.prompts import qa_prompt
 from mlpmem.utils.io import write_jsonl
-from studies.qa.synthetic import document
 
 DOCUMENT = "_document"
 """Suffix of a group's name when its questions are asked in the words of a document (:func:`in_document_form`)."""
@@ -67,7 +67,7 @@ PROBE_WORDINGS = {
     "field": "What field does {name} work in?",
 }
 """A forget's probes: one question per attribute in a wording none of the benchmark's questions uses
-(:data:`~studies.qa.synthetic.QUESTION_TEMPLATES`), so the scored questions stay unseen."""
+(:data:`~memory_mosaics.experiments.synthetic.QUESTION_TEMPLATES`), so the scored questions stay unseen."""
 
 
 def probes_of(bench, entities: list[str]) -> list[str]:

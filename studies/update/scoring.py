@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+from memory_mosaics.experiments.synthetic import ATTRIBUTES
 from mlpmem.baselines.methods import closed_book_prompts
 from mlpmem.evaluation.choice import continuation_logprobs
 from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
@@ -14,7 +15,6 @@ from mlpmem.maintenance.explain import Explainer
 from mlpmem.maintenance.finetune import load_memory
 from mlpmem.pipeline.run import Run
 from studies.qa.eval_qa import GenerationConfig, evaluate_questions
-from studies.qa.synthetic import ATTRIBUTES
 from studies.update.groups import entity_of
 
 

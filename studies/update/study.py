@@ -1,6 +1,6 @@
 """``python -m studies update-study CONFIG --out DIR``: the maintenance table on synthetic facts (issue 18).
 
-Fictional people (:mod:`studies.qa.synthetic`) are split into the entities the run is built on, the
+Fictional people (:mod:`memory_mosaics.experiments.synthetic`) are split into the entities the run is built on, the
 entities that arrive later (``batches`` updates), the entities among the first that are forgotten at the end, and
 held-out entities that appear in no document (the chance level). The study
 
@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memory_mosaics.experiments.synthetic import SyntheticConfig, generate
 from mlpmem.config import Config, apply_override, from_dict, read_yaml
 from mlpmem.errors import ConfigError, MlpmemError
 from mlpmem.layout import stage_seconds
@@ -46,7 +47,6 @@ from mlpmem.pipeline.config import PipelineConfig
 from mlpmem.pipeline.run import Run
 from mlpmem.utils.io import write_jsonl
 from mlpmem.utils.runtime import set_threads
-from studies.qa.synthetic import SyntheticConfig, generate
 from studies.update.groups import (
     DOCUMENT,
     DOCUMENT_FORM,
@@ -72,7 +72,7 @@ class UpdateStudyConfig(Config):
     """Overrides of the pipeline preset (``backbone.name=...``, ``train.epochs=...``)."""
     synthetic: dict = field(default_factory=lambda: {"num_entities": 120, "held_out_fraction": 0.2,
                                                      "paraphrases": 3, "seed": 0})
-    """Options of the facts generator (:class:`~studies.qa.synthetic.SyntheticConfig`)."""
+    """Options of the facts generator (:class:`~memory_mosaics.experiments.synthetic.SyntheticConfig`)."""
     arriving_fraction: float = 0.25
     """Share of the documented entities that arrive by ``update`` instead of being in the first run."""
     batches: int = 1

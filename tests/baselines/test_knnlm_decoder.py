@@ -13,13 +13,23 @@ from mlpmem.baselines.knnlm import (
     CombinedKeyStore,
     KnnLMDecoder,
     cached_index,
-    knn_log_probs,
     knn_mix_log_probs,
 )
 from mlpmem.datastore import KeystoreConfig, build_keystore
 from mlpmem.errors import FingerprintMismatch
 from mlpmem.index import ExactIndex, IndexConfig
 from mlpmem.inference.mixing import mix
+from mlpmem.teacher import exclude_and_weight
+
+
+def knn_log_probs(dists: np.ndarray, ids: np.ndarray, values: np.ndarray, temperature: float,
+                  vocab_size: int) -> torch.Tensor:
+    """log p_kNN (B, V) from the neighbours of B queries: softmax(−d/T) weights summed per next token."""
+    d, i = torch.from_numpy(dists).double(), torch.from_numpy(ids)  # (B, k)
+    weights = exclude_and_weight(d, i, None, i.shape[1], temperature)  # (B, k), −1 ids get 0
+    tokens = torch.from_numpy(values[np.clip(ids, 0, None)].astype(np.int64))  # (B, k)
+    p = torch.zeros(len(ids), vocab_size, dtype=torch.float64).scatter_add_(1, tokens, weights)  # (B, V)
+    return p.log().float()  # −inf for tokens no neighbour predicts
 
 
 def test_knn_log_probs_equals_a_loop():

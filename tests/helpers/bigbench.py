@@ -8,7 +8,7 @@ import json
 import tarfile
 from pathlib import Path
 
-from studies.qa.bigbench import task_member
+from memory_mosaics.experiments.bigbench import task_member
 
 
 def write_archive(path: Path, tasks: dict[str, dict], top: str | None = None) -> Path:

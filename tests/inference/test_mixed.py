@@ -10,7 +10,7 @@ from helpers.tiny import PAD, VOCAB, TinyTokenizer, left_padded, memory_config_f
 from mlpmem.backbone import KeyHook, decoder_layers
 from mlpmem.errors import ConfigError, FingerprintMismatch
 from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
-from mlpmem.inference.mixing import mix, tied_head_logits
+from mlpmem.inference.mixing import mix
 from mlpmem.memory import MLPMemory
 
 FAMILIES = ("llama", "gpt2")
@@ -232,14 +232,6 @@ def plain_mixed_logprobs(mlm: MemoryAugmentedForCausalLM, sequence: torch.Tensor
         logp_lm = F.log_softmax(mlm.backbone(input_ids=sequence).logits.float(), -1)
         logp_mem = F.log_softmax(F.linear(mlm.memory.features(keys), mlm.memory.head.weight).float(), -1)
     return mix(logp_lm, logp_mem, mlm.lam, logits=False)
-
-
-def test_tied_head_logits_equal_two_separate_heads():
-    torch.manual_seed(0)
-    weight, h_lm, h_mem = torch.randn(50, 16), torch.randn(3, 4, 16), torch.randn(3, 4, 16)
-    lm, mem = tied_head_logits(weight, h_lm, h_mem)
-    torch.testing.assert_close(lm, F.linear(h_lm, weight), rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(mem, F.linear(h_mem, weight), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("lam", [0.3, 1.0])

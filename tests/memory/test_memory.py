@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from helpers.tiny import VOCAB, TinyTokenizer, memory_config_for, tiny_backbone
-from mlpmem.backbone import KeyHook, decoder_layers, extract_keys, feed_forward
+from mlpmem.backbone import decoder_layers, extract_keys, feed_forward
 from mlpmem.errors import ConfigError, CorruptArtifact, FingerprintMismatch
-from mlpmem.memory import MemoryConfig, MLPMemory, init_from_backbone, init_identity, tie_to_backbone
+from mlpmem.memory import MemoryConfig, MLPMemory, init_from_backbone, tie_to_backbone
 
 FAMILIES = ("llama", "gpt2")
 
@@ -86,24 +86,6 @@ def test_init_from_backbone_copies_mlp_and_norm(family):
     assert torch.equal(memory.head.weight, backbone.get_output_embeddings().weight)
     assert memory.head.weight.data_ptr() != backbone.get_output_embeddings().weight.data_ptr()  # a copy
     assert memory.config.init == "backbone"
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("tied", [True, False])
-def test_identity_init_on_last_residual_keys_is_the_backbone(family, tied):
-    backbone = tiny_backbone(family)
-    memory = memory_for(backbone, key_layer=1, key_site="residual", init="identity")
-    if tied:
-        tie_to_backbone(memory, backbone)
-    init_identity(memory, backbone)
-    ids = torch.randint(1, VOCAB, (2, 7))
-    with torch.no_grad(), KeyHook(backbone, -1, "residual") as hook:
-        logits = backbone(input_ids=ids).logits  # (2, 7, V)
-        mem_logits = memory(hook.keys)  # (2, 7, V)
-    torch.testing.assert_close(mem_logits, logits, rtol=1e-5, atol=1e-5)
-    assert memory.config.init == "identity"
-    with pytest.raises(ConfigError, match="hidden_size"):
-        init_identity(memory_for(backbone, hidden_size=48, init="identity"), backbone)
 
 
 def test_init_window_shifts_and_cycles():

@@ -1,4 +1,4 @@
-"""What a memory reads from its backbone: sizes, the mirrored blocks of init backbone / identity, output scaling."""
+"""What a memory reads from its backbone: sizes, the mirrored blocks of init backbone, output scaling."""
 
 from __future__ import annotations
 
@@ -29,36 +29,17 @@ def test_a_random_memory_is_its_own_whatever_the_family():
         assert (config.input_size, config.vocab_size, config.num_layers, config.hidden_size) == (32, VOCAB, 2, 32)
 
 
-def test_init_backbone_and_identity_take_the_backbones_blocks_and_final_norm():
+def test_init_backbone_takes_the_backbones_blocks():
     gpt2 = tiny_backbone("gpt2")
     mirror = size_for_backbone(MemoryConfig(init="backbone", tie_head=False), gpt2)
     assert (mirror.mlp, mirror.activation, mirror.norm, mirror.intermediate_size) == ("plain", "gelu_tanh",
                                                                                        "layernorm", 128)
-    identity = size_for_backbone(MemoryConfig(init="identity", tie_head=False), gpt2)
-    assert (identity.mlp, identity.norm) == ("gated", "layernorm")
 
 
 def test_a_family_that_cannot_be_mirrored_is_one_line_naming_it_and_the_option_that_works():
     with pytest.raises(ConfigError, match=r"init=backbone cannot mirror a gemma2 backbone.*memory.init: random") as exc:
         size_for_backbone(MemoryConfig(init="backbone", tie_head=False), tiny_gemma2())
     assert "\n" not in str(exc.value)
-
-
-def test_identity_on_gemma_is_its_read_out_before_the_soft_cap():
-    """Gemma's final RMSNorm scales by (1 + weight): the memory's norm takes 1 + weight and computes the same."""
-    from mlpmem.backbone import KeyHook
-    from mlpmem.memory import init_identity
-
-    backbone = tiny_gemma2(None)
-    with torch.no_grad():
-        backbone.model.norm.weight.normal_()
-    config = size_for_backbone(MemoryConfig(init="identity", tie_head=False), backbone, key_site="residual")
-    memory = MLPMemory(config)
-    init_identity(memory, backbone)
-    ids = torch.randint(1, VOCAB, (2, 6))
-    with torch.no_grad(), KeyHook(backbone, -1, "residual") as hook:
-        logits = backbone(input_ids=ids).logits  # (2, 6, V)
-        torch.testing.assert_close(memory(hook.keys), logits, rtol=1e-4, atol=1e-4)
 
 
 def test_an_output_scaling_not_applied_to_the_memory_is_said_once_when_the_head_is_the_backbones():

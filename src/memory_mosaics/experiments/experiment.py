@@ -7,6 +7,7 @@ per token), ``mosaics/`` and ``transformer/`` (checkpoint, ``train_state.json``,
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from memory_mosaics.experiments import tasks
+from memory_mosaics.experiments.bigbench import ARCHIVE_ENV
 from memory_mosaics.experiments.config import MosaicsExperiment
 from memory_mosaics.experiments.data import prepare_streams
 from memory_mosaics.experiments.report import write_report
@@ -84,8 +86,9 @@ def load_trained(exp: MosaicsExperiment, kind: str):
     return AutoModelForCausalLM.from_pretrained(folder).eval()
 
 
-def evaluate_model(model, tokenizer, streams: dict, exp: MosaicsExperiment, progress: bool = True) -> dict:
-    """The three questions for one model."""
+def evaluate_model(model, tokenizer, streams: dict, exp: MosaicsExperiment, cloze: list[dict] | None = None,
+                   progress: bool = True) -> dict:
+    """The three questions for one model (the cloze facts ``None``, not scored, without ``cloze`` items)."""
     cfg = exp.eval
 
     def scorer(pairs):
@@ -93,7 +96,7 @@ def evaluate_model(model, tokenizer, streams: dict, exp: MosaicsExperiment, prog
 
     t0 = time.perf_counter()
     res = {"test": evaluate_loss(model, *streams["test"], exp.train.seq_len, cfg.ppl_windows, cfg.batch_size),
-           "cloze": tasks.accuracy(scorer, tasks.cloze_items(cfg, exp.seed)), "new_knowledge": [], "icl": []}
+           "cloze": None if cloze is None else tasks.accuracy(scorer, cloze), "new_knowledge": [], "icl": []}
     correct, distances = [], []
     for n in cfg.nk_documents:
         items = tasks.new_knowledge_items(n, cfg.nk_trials, cfg.cloze_choices, exp.seed)
@@ -121,11 +124,15 @@ def eval_stage(exp: MosaicsExperiment, kinds=KINDS, progress: bool = True) -> di
     tokenizer, streams = prepare_streams(exp, progress)
     out = Path(exp.out_dir)
     results = {"config": exp.to_dict(), "sizes": read_json(out / "sizes.json", "model sizes"), "models": {}}
+    cloze = tasks.cloze_items(exp.eval, exp.seed) if os.environ.get(ARCHIVE_ENV) else None
+    if cloze is None and progress:
+        print("cloze facts skipped: set MLPMEM_BIGBENCH_ARCHIVE to a copy of the BIG-bench archive to score them")
     for kind in kinds:
         if progress:
             print(f"three questions: {kind}")
         with torch.no_grad():
-            results["models"][kind] = evaluate_model(load_trained(exp, kind), tokenizer, streams, exp, progress)
+            results["models"][kind] = evaluate_model(load_trained(exp, kind), tokenizer, streams, exp, cloze,
+                                                     progress)
         results["models"][kind]["train"] = read_json(out / kind / "train_state.json", f"{kind} training state")
         results["models"][kind]["train"].pop("history", None)
     write_json(out / "results.json", results)

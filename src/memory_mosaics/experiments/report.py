@@ -13,8 +13,8 @@ from mlpmem.reporting.plots import pyplot
 KIND_NAMES = {"mosaics": "Memory Mosaics v2", "transformer": "Transformer"}
 
 
-def _fmt(x: float, digits: int = 1) -> str:
-    return f"{x:.{digits}f}"
+def _fmt(x: float | None, digits: int = 1) -> str:
+    return "not scored" if x is None else f"{x:.{digits}f}"
 
 
 def sizes_table(results: dict) -> str:

@@ -4,10 +4,11 @@ Every item is a context and K candidate continuations; the prediction is the can
 sum of token log-probabilities (``mlpmem.evaluation.choice.continuation_logprobs``), so tiny models that cannot
 follow instructions are still measured. Chance is 1/K.
 
-1. Persistent knowledge: held-out perplexity (the test split, windows of the training length) and the
-   shipped cloze facts (bigbench ``qa_wikidata`` via ``studies.qa.bigbench``): the true answer against
-   ``cloze_choices - 1`` answers of other facts of the same relation (same first three words).
-2. New knowledge: ``n`` biographies of fictional people (``studies.qa.synthetic``: names, cities and
+1. Persistent knowledge: held-out perplexity (the test split, windows of the training length) and, where
+   ``$MLPMEM_BIGBENCH_ARCHIVE`` names a copy of the BIG-bench archive, its cloze facts (``qa_wikidata``, read by
+   :mod:`memory_mosaics.experiments.bigbench`): the true answer against ``cloze_choices - 1`` answers of other facts
+   of the same relation (same first three words).
+2. New knowledge: ``n`` biographies of fictional people (:mod:`memory_mosaics.experiments.synthetic`: names, cities and
    employers are random syllables, so only the context can teach them) in random templates, then a
    cloze probe about one of them (worded unlike any template as a whole, though it shares words with
    some; "Question: ... Answer:" prompts are beyond our tiny models); candidates: the asked attribute of the
@@ -27,9 +28,9 @@ import random
 
 import numpy as np
 
+from memory_mosaics.experiments.bigbench import qa_wikidata
 from memory_mosaics.experiments.config import EvalSection
-from studies.qa.bigbench import qa_wikidata
-from studies.qa.synthetic import DOC_TEMPLATES, SyntheticConfig, document, make_entities
+from memory_mosaics.experiments.synthetic import DOC_TEMPLATES, SyntheticConfig, document, make_entities
 
 PROBES = {
     "birth_city": "{name} comes from the city of",

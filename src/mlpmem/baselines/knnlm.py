@@ -129,22 +129,13 @@ def cached_index(store: CombinedKeyStore, cfg: IndexConfig, folder: str | Path, 
     return built
 
 
-def knn_log_probs(dists: np.ndarray, ids: np.ndarray, values: np.ndarray, temperature: float,
-                  vocab_size: int) -> torch.Tensor:
-    """log p_kNN (B, V) from the neighbours of B queries: softmax(−d/T) weights summed per next token."""
-    d, i = torch.from_numpy(dists).double(), torch.from_numpy(ids)  # (B, k)
-    weights = exclude_and_weight(d, i, None, i.shape[1], temperature)  # (B, k), −1 ids get 0
-    tokens = torch.from_numpy(values[np.clip(ids, 0, None)].astype(np.int64))  # (B, k)
-    p = torch.zeros(len(ids), vocab_size, dtype=torch.float64).scatter_add_(1, tokens, weights)  # (B, V)
-    return p.log().float()  # −inf for tokens no neighbour predicts
-
-
 def knn_mix_log_probs(logp_lm: torch.Tensor, dists: np.ndarray, ids: np.ndarray, values: np.ndarray,
                       temperature: float, lam: float) -> torch.Tensor:
     """log((1 − lam) p_LM + lam p_kNN) (N, V) from log p_LM (N, V) and the neighbours of its N queries (N, k).
 
-    Equal to mixing with :func:`knn_log_probs` in log space, without its dense (N, V) p_kNN: every token keeps
-    log p_LM + log(1 − lam) but the few the neighbours predict, which are mixed one by one (in float64)."""
+    Equal to mixing a dense (N, V) p_kNN (softmax(−d/T) weights summed per next token) in log space, without it:
+    every token keeps log p_LM + log(1 − lam) but the few the neighbours predict, which are mixed one by one (in
+    float64)."""
     lam = check_lambda(lam, "lam")
     if lam == 0.0:
         return logp_lm

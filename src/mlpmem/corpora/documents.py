@@ -195,10 +195,6 @@ def document_lengths(token_docs) -> list[int] | np.ndarray:
     return lengths if lengths is not None else [len(t) for t in token_docs]
 
 
-def count_targets(doc_lengths: list[int]) -> int:
-    return sum(max(n - 1, 0) for n in doc_lengths)
-
-
 def corpus_hash(token_docs) -> str:
     h = hashlib.sha256()
     for arr in token_docs:

@@ -16,7 +16,7 @@ at best its extra weight bytes. Three details keep it there:
   - fused tied head: when the memory's head IS the backbone's output embedding (``tie_head``), a
     pre-hook on the backbone's ``lm_head`` appends the memory's final hidden states to the LM's, so
     one matrix product over (2B, T_keep, d) yields both logit sets and the (V, d) embedding is read
-    once per step instead of twice (:func:`~mlpmem.inference.mixing.tied_head_logits` is the same product);
+    once per step instead of twice;
   - :func:`~mlpmem.inference.mixing.mix` takes both logit sets straight to the mixture (no log_softmax tensors).
 
 With a :class:`~mlpmem.inference.gate.Gate` the weight is λ_t per kept position instead of λ: the gate reads

@@ -63,13 +63,3 @@ def mix(lm: torch.Tensor, mem: torch.Tensor, lam: float | torch.Tensor, logits: 
     c_lm = log_1m - torch.logsumexp(lm, dim=-1, keepdim=True)  # (..., 1)
     c_mem = log_lam - torch.logsumexp(mem, dim=-1, keepdim=True)  # (..., 1)
     return torch.logaddexp(lm + c_lm, mem + c_mem)  # (..., V)
-
-
-def tied_head_logits(weight: torch.Tensor, h_lm: torch.Tensor, h_mem: torch.Tensor, bias=None):
-    """Both vocabulary projections of a tied head in ONE matrix product: (B, T, d) x 2 -> (B, T, V) x 2.
-
-    Equal to ``F.linear(h_lm, weight, bias)`` and ``F.linear(h_mem, weight, bias)`` up to float rounding;
-    the (V, d) weight is read once instead of twice.
-    """
-    both = F.linear(torch.cat([h_lm, h_mem.to(h_lm.dtype)], dim=0), weight, bias)  # (2B, T, V)
-    return both[: h_lm.shape[0]], both[h_lm.shape[0] :]

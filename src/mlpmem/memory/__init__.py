@@ -4,17 +4,16 @@ One concept a module, imported in one direction (no cycles):
   - ``config``: :class:`MemoryConfig`, the ``memory:`` section and a save's ``config.json``;
   - ``blocks``: the block x + FFN(Norm(x)) and its parts (the memory's own activation and norm);
   - ``sizing``: what the memory reads from its backbone (:func:`size_for_backbone`; the mirrored blocks of
-    ``init: backbone`` / ``identity``);
-  - ``init``: the memory and its backbone (copy its blocks in, start as its read-out, tie its head);
+    ``init: backbone``);
+  - ``init``: the memory and its backbone (copy its blocks and final norm in, tie its head);
   - ``io``: checkpoints, ``config.json`` + ``model.safetensors``;
   - ``vocab``: the corpus-vocabulary head (which tokens it scores, coverage-aware perplexity);
   - ``model``: :class:`MLPMemory` (its save/load methods delegate to ``io``).
 """
 
 from mlpmem.memory.config import MemoryConfig
-from mlpmem.memory.init import init_from_backbone, init_identity, tie_to_backbone
+from mlpmem.memory.init import init_from_backbone, tie_to_backbone
 from mlpmem.memory.model import MLPMemory
 from mlpmem.memory.sizing import size_for_backbone
 
-__all__ = ["MemoryConfig", "MLPMemory", "init_from_backbone", "init_identity", "size_for_backbone",
-           "tie_to_backbone"]
+__all__ = ["MemoryConfig", "MLPMemory", "init_from_backbone", "size_for_backbone", "tie_to_backbone"]

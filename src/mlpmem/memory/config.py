@@ -20,7 +20,7 @@ from mlpmem.errors import ConfigError
 
 PRESET_LAYERS = {"tiny": 2, "small": 4, "base": 8, "large": 15}  # "base" is the paper's depth
 Preset = Literal["tiny", "small", "base", "large"]
-Init = Literal["random", "backbone", "identity"]
+Init = Literal["random", "backbone"]
 Activation = Literal["silu", "gelu", "gelu_tanh", "relu"]
 INITS = typing.get_args(Init)
 ACTIVATIONS = typing.get_args(Activation)
@@ -57,9 +57,7 @@ class MemoryConfig(Config):
     tokens, which include every teacher support; p_mem is 0 elsewhere, see :mod:`mlpmem.memory.vocab`)."""
     init: Init = "random"
     """``random``; ``backbone``: the blocks start as the backbone's MLPs above the key layer (its block kind,
-    activation, norms and widths replace the options above); ``identity``: every block starts as the identity
-    (zeroed output projections) under the backbone's final norm (its kind and eps replace ``norm``/``norm_eps``)
-    and head, so a memory on the last layer's residual keys starts as the backbone itself."""
+    activation, norms and widths replace the options above)."""
     init_std: float = 0.02
     """Standard deviation of the random initial weights."""
     dropout: float = 0.0

@@ -1,9 +1,9 @@
 """A memory and its backbone: copy the backbone's blocks in, start as its read-out, share its head.
 
 :func:`init_from_backbone` starts the memory blocks as copies of the norm and feed-forward of consecutive
-backbone layers, :func:`init_identity` as the identity under the backbone's final norm and head (both read and
-checked by :mod:`mlpmem.memory.sizing`, which sizes the memory for them); :func:`tie_to_backbone` makes the
-memory head the backbone's own output embedding (frozen, never saved).
+backbone layers, under the backbone's final norm (both read and checked by :mod:`mlpmem.memory.sizing`, which sizes
+the memory for them); :func:`tie_to_backbone` makes the memory head the backbone's own output embedding (frozen,
+never saved).
 """
 
 from __future__ import annotations
@@ -68,28 +68,6 @@ def init_from_backbone(memory: MLPMemory, backbone_model: nn.Module, start_layer
     _copy_read_out(memory, backbone_model, "backbone")
     memory.config.init = "backbone"
     return indices
-
-
-@torch.no_grad()
-def init_identity(memory: MLPMemory, backbone_model: nn.Module) -> None:
-    """Start the memory as the backbone's own read-out of its key: every block the identity, then the
-    backbone's final norm and output embedding.
-
-    Each block's output projection (``down_proj`` / ``c_proj``) is zeroed, so ``x + FFN(Norm(x)) = x`` at
-    the start and the blocks learn a residual correction (the same start as zero-initialised residual
-    branches or a LoRA ``B``). With keys from the residual stream after the last layer this memory is the
-    backbone exactly before training: what it learns is how the corpus's neighbours differ from the
-    backbone, not the whole read-out from scratch. Records ``init="identity"`` in the config.
-    """
-    if memory.config.width != memory.config.input_size:
-        raise ConfigError("init=identity needs hidden_size == input_size (no input projection)")
-    for block in memory.blocks:
-        out = block.mlp.down_proj if hasattr(block.mlp, "down_proj") else block.mlp.c_proj
-        out.weight.zero_()
-        if out.bias is not None:
-            out.bias.zero_()
-    _copy_read_out(memory, backbone_model, "identity")
-    memory.config.init = "identity"
 
 
 def _copy_read_out(memory: MLPMemory, model: nn.Module, init: str) -> None:

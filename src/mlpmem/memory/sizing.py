@@ -2,7 +2,7 @@
 
 A memory with ``init: random`` needs the key width, the vocabulary and, for a tied head, the output embedding;
 its blocks are its own (``memory.mlp`` / ``activation`` / ``norm``), whatever the backbone's family. Only
-``init: backbone`` mirrors the backbone's blocks and ``init: identity`` its final norm: :func:`read_block` and
+``init: backbone`` mirrors the backbone's blocks and its final norm: :func:`read_block` and
 :func:`read_norm` read them and check by a probe that the memory's block computes exactly what the backbone's
 does, so a family whose blocks the memory cannot mirror is a one-line error naming it and ``init: random``.
 An output scaling the family applies to its logits (a soft-cap, a logit scale) is not applied to the memory's
@@ -70,7 +70,7 @@ def unhonoured_scaling(model: nn.Module) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Mirroring the backbone's blocks (init: backbone) and final norm (init: identity)
+# Mirroring the backbone's blocks and final norm (init: backbone)
 
 
 @dataclass
@@ -194,7 +194,7 @@ def final_norm(model: nn.Module) -> nn.Module | None:
     return None
 
 
-def read_final_norm(model: nn.Module, init: str = "identity") -> tuple[str, float, dict[str, torch.Tensor]]:
+def read_final_norm(model: nn.Module, init: str = "backbone") -> tuple[str, float, dict[str, torch.Tensor]]:
     """The backbone's final norm as a memory norm (checked by a probe), or a one-line error."""
     norm = read_norm(final_norm(model))
     if norm is None:
@@ -214,7 +214,7 @@ def key_width(model: nn.Module) -> int:
 def size_for_backbone(config: MemoryConfig, model: nn.Module, tokenizer=None, key_layer: int | float = -1,
                       key_site: str = "ffn_input", head_vocab_size: int | None = None) -> MemoryConfig:
     """``config`` sized for ``model``'s keys at ``key_layer`` / ``key_site``: the key width, the vocabulary, the
-    depth and widths resolved, and for ``init: backbone`` / ``identity`` the mirrored settings (a family that
+    depth and widths resolved, and for ``init: backbone`` the mirrored settings (a family that
     cannot be mirrored is a one-line error). The fingerprint is recorded only with ``tokenizer``. Warns once
     when the memory's logits will not apply an output scaling of the backbone's."""
     if key_site not in SITES:
@@ -234,9 +234,6 @@ def size_for_backbone(config: MemoryConfig, model: nn.Module, tokenizer=None, ke
         mirror = read_block(model, init_start(model, layer))
         values.update(mlp=mirror.mlp, activation=mirror.activation, norm=mirror.norm, norm_eps=mirror.norm_eps,
                       intermediate_size=mirror.intermediate_size)
-    elif config.init == "identity":
-        kind, eps, _ = read_final_norm(model)
-        values.update(norm=kind, norm_eps=eps)
     sized = MemoryConfig.from_dict({**dataclasses.asdict(config), **values}, where="memory")
     warn_scaling(sized, model)
     return sized
@@ -250,7 +247,7 @@ def init_start(model: nn.Module, key_layer: int) -> int:
 
 def warn_scaling(config: MemoryConfig, model: nn.Module) -> None:
     """Warn, in one line, of a backbone output scaling the memory's logits do not apply, when its head is the
-    backbone's (tied, or copied by ``init: backbone`` / ``identity``)."""
+    backbone's (tied, or copied by ``init: backbone``)."""
     scaling = unhonoured_scaling(model)
     if scaling and (config.tie_head or config.init != "random"):
         warnings.warn(f"the memory's logits do not apply the {family(model)} backbone's {', '.join(scaling)}: its "

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from mlpmem.backbone import KeyHook
-from mlpmem.compute import compute_device, model_device
+from mlpmem.compute import model_device
 from mlpmem.corpora.documents import document_lengths, make_windows
 from mlpmem.datastore import KeyStore, pad_windows
 from mlpmem.inference.perplexity import best_lambda, lambda_curve, perplexity, tokens_for_masses
@@ -23,7 +23,6 @@ from mlpmem.pipeline.train import eval_data
 from mlpmem.reporting.run_report import write_run_report
 from mlpmem.teacher import aggregate_by_token, exclude_and_weight
 from mlpmem.training.data import memory_logprobs
-from mlpmem.training.flops import matmul_peak
 from mlpmem.training.selection import kept_evaluation
 from mlpmem.utils.shards import read_json, write_json
 
@@ -73,19 +72,12 @@ def distribution_stats(run, memory, num_positions: int = 1024) -> dict:
 
 def headline(run, results: dict, train: dict) -> dict:
     """The keys every run's ``results.json`` carries for comparison across runs: test PPL per method, tokens for
-    80 % of the mass per distribution, epochs trained, training tokens/s and its fraction of the matmul peak of the
-    precision it trained in (measured now, on this machine: the fraction is only as comparable as the load during
-    both; ``train_peak_fraction_bf16`` only for a bf16 training)."""
+    80 % of the mass per distribution, epochs trained, training tokens/s and the precision it trained in."""
     state_path = run.layout.train / "train_state.json"
     state = read_json(state_path, "train state") if state_path.exists() else {}
     rows = KeyStore(run.layout.datastore).num_rows
     epochs = train["tokens"] / rows if train.get("tokens") else None
     kept = kept_evaluation(state)  # the evaluation of the weights kept (the best one, when restored)
-    flops, tps = train.get("flops_per_token"), train.get("tokens_per_s")
-    precision = train.get("precision")  # recorded with the training's timing, beside its tokens/s
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    # the peak of the device the memory trained on (the accelerator's: this process's GPU where there is one)
-    peak = matmul_peak(dtype, device=compute_device("auto")) if flops and tps else None
     test, dist = results["test"], results["distribution"]
     return {
         "test_ppl": {"backbone": test["backbone"], "knnlm": test["knnlm"], "memory": test["memory"],
@@ -96,11 +88,8 @@ def headline(run, results: dict, train: dict) -> dict:
         "epochs": epochs,
         "epochs_kept": kept["epoch"] if kept is not None and state.get("restored_best") else epochs,
         "stopped_early": state.get("stopped_early"),
-        "train_tokens_per_s": tps,
-        "train_flops_per_token": flops,
-        "train_precision": precision if flops and tps else None,
-        "train_peak_fraction": flops * tps / peak if peak else None,
-        "train_peak_fraction_bf16": flops * tps / peak if peak and precision == "bf16" else None,
+        "train_tokens_per_s": train.get("tokens_per_s"),
+        "train_precision": train.get("precision"),  # recorded with the training's timing, beside its tokens/s
     }
 
 

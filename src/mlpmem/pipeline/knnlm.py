@@ -98,15 +98,6 @@ def cached_neighbours(out_dir: Path, k: int, inputs: dict):
         return None
 
 
-def search_neighbours(index, queries: KeyStore, k: int, out_dir: Path, batch: int = 512, progress=True,
-                      inputs: dict | None = None):
-    """Neighbour lists of every query row: dists fp32 ``(n, k)``, datastore ids int64 ``(n, k)``; cached with
-    their checksums and ``inputs`` (:func:`neighbour_inputs`), reused only while both hold."""
-    out_dir, inputs = Path(out_dir), inputs or {}
-    cached = cached_neighbours(out_dir, k, inputs)
-    return cached if cached is not None else _search(index, queries, k, out_dir, batch, progress, inputs)
-
-
 def _search(index, queries: KeyStore, k: int, out_dir: Path, batch: int, progress: bool, inputs: dict):
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / NEIGHBOURS).unlink(missing_ok=True)  # the lists below are no longer the recorded ones

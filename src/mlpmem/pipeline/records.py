@@ -10,7 +10,7 @@ compared (:func:`mlpmem.freshness.staleness`) with the inputs the configuration 
   with one line naming the setting, its recorded and its new value, and the command that rebuilds the stage;
   ``--rebuild`` of that stage replaces it;
 - the kNN-LM sweep and the evaluation are always recomputed (the neighbour lists they reuse check their own
-  inputs, :func:`mlpmem.pipeline.knnlm.search_neighbours`), so their records only tell readers (``generate``,
+  inputs, :func:`mlpmem.pipeline.knnlm.cached_neighbours`), so their records only tell readers (``generate``,
   ``report``) whether ``results.json`` is the current memory's.
 
 A record that lacks a key the configuration gives is stale like one with another value (rebuild the stage);

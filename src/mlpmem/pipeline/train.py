@@ -12,14 +12,13 @@ import torch
 from mlpmem.compute import model_device, resolve_precision
 from mlpmem.datastore import KeyStore
 from mlpmem.layout import RunLayout, is_train_written
-from mlpmem.memory import MLPMemory, init_from_backbone, init_identity, size_for_backbone, tie_to_backbone
+from mlpmem.memory import MLPMemory, init_from_backbone, size_for_backbone, tie_to_backbone
 from mlpmem.memory.sizing import init_start
 from mlpmem.memory.vocab import corpus_vocabulary, index_of
 from mlpmem.pipeline.run import Run
 from mlpmem.reporting.curves import write_learning_curve
 from mlpmem.teacher import TeacherStore
 from mlpmem.training.data import EvalData, TrainData
-from mlpmem.training.flops import train_flops_per_token
 from mlpmem.training.loop import train_memory
 from mlpmem.training.selection import tokens_seen
 from mlpmem.utils.io import remove_written
@@ -41,8 +40,6 @@ def build_memory(run: Run, head_vocab: np.ndarray | None = None):
         init_from_backbone(memory, model, init_start(model, mcfg.key_layer))
     if mcfg.tie_head:
         tie_to_backbone(memory, model)
-    if mcfg.init == "identity":
-        init_identity(memory, model)
     return memory
 
 
@@ -91,6 +88,5 @@ def stage_train(run: Run, rebuild: bool = False, out: Path | None = None) -> dic
         steps_per_epoch = math.ceil(len(data.targets) / run.cfg.train.batch_size)  # fewer steps if stopped early
         tokens = tokens_seen(state["step"], steps_per_epoch, run.cfg.train.batch_size, len(data.targets))
         run.record_timing("train", tokens=tokens, seconds=state["train_seconds"], tokens_per_s=state["tokens_per_s"],
-                          flops_per_token=train_flops_per_token(memory, data, run.cfg.train),
                           precision=resolve_precision(run.cfg.train.precision, memory.head.weight.device))
     return state

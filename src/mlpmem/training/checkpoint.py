@@ -3,7 +3,7 @@ atomically, checksummed.
 
 :class:`TrainState` is everything a training carries from step to step besides the weights and the optimizer
 moments: its progress, its history, the best-evaluation counters, and what it was built from (its recipe, as
-:mod:`mlpmem.freshness` settings). The learning rate schedule and every random draw (batch order, key noise,
+:mod:`mlpmem.freshness` settings). The learning rate schedule and every random draw (batch order,
 dropout) are functions of ``(seed, step)``, so the step restores them. A checkpoint folder holds the memory
 (``save_pretrained``), the optimizer moments and ``trainer_state.json``, the state saved whole with the sha256
 of both files, checked when the checkpoint is opened; a state file of another format is refused in one line.

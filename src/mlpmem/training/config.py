@@ -36,9 +36,6 @@ class TrainConfig(Config):
     """Decay after the warmup, down to ``min_lr_fraction`` of the peak: cosine, or linear (as in the paper)."""
     min_lr_fraction: float = 0.1
     grad_clip: float = 1.0
-    key_noise: float = 0.0
-    """Gaussian noise on the input keys while training, standard deviation ``key_noise x RMS(key)`` per row
-    (:mod:`mlpmem.training.regularise`); 0: none."""
     loss_chunk: int | None = None
     """Rows per chunk of the head + loss computation (None: the implementation's default)."""
     fused_loss: bool = True
@@ -71,8 +68,6 @@ class TrainConfig(Config):
             raise ConfigError("train epochs, batch_size and checkpoint_every must be >= 1")
         if not self.lr > 0 or self.grad_clip <= 0 or not 0 <= self.warmup_fraction < 1:
             raise ConfigError("train lr and grad_clip must be > 0 and warmup_fraction in [0, 1)")
-        if not 0.0 <= self.key_noise < 10.0:
-            raise ConfigError(f"train.key_noise must be in [0, 10), got {self.key_noise}")
         if self.warmup_steps is not None and self.warmup_steps < 0:
             raise ConfigError(f"train.warmup_steps must be >= 0, got {self.warmup_steps}")
         if self.eval_every is not None and not self.eval_every > 0:

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list
@@ -42,7 +43,6 @@ from mlpmem.training.data import EvalData, TrainData, evaluate, rank_rows
 from mlpmem.training.loss import DEFAULT_CHUNK as FUSED_CHUNK
 from mlpmem.training.loss import fused_head_loss, sparse_hybrid_loss
 from mlpmem.training.optim import adamw, lr_schedule, optimizer_step
-from mlpmem.training.regularise import noisy_keys, step_generator
 from mlpmem.training.selection import (
     BEST,
     SELECTION,
@@ -148,8 +148,8 @@ def _train_step(loop: _Loop, data: TrainData, cfg: TrainConfig, step: int, steps
     accelerator = loop.accelerator
     mine, weight = rank_rows(idx, accelerator.process_index, accelerator.num_processes)
     batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in data.batch(mine).items()}
-    batch["keys"] = noisy_keys(batch["keys"], idx, mine, cfg.key_noise, cfg.seed, step)
-    torch.manual_seed(int(step_generator(cfg.seed, step).initial_seed()) + accelerator.process_index)  # dropout
+    dropout_seed = int(np.random.SeedSequence([cfg.seed, step]).generate_state(1)[0])  # depends on (seed, step) only
+    torch.manual_seed(dropout_seed + accelerator.process_index)
     loop.model.train()
     loss, parts = batch_loss(loop.model, loop.whole, batch, cfg, fused=cfg.fused_loss and not loop.sharded)
     accelerator.backward(loss * weight)

@@ -143,6 +143,9 @@ def test_report_writes_table_and_plot(tmp_path):
     table = three_questions_table(results)
     assert "| new knowledge | 4 documents (~160 tokens), accuracy % | 60.0 | 30.0 |" in table
     assert "| new knowledge | fact ≥ 64 tokens back (all lengths pooled; 5 items), accuracy % | 30.0 | 15.0 |" in table
+    unscored = {**results, "models": {k: {**m, "cloze": None} for k, m in results["models"].items()}}
+    unscored_row = "| persistent | cloze facts, accuracy % (4 choices) | not scored | not scored |"
+    assert unscored_row in three_questions_table(unscored)  # no BIG-bench archive named
     write_report(results, tmp_path)
     assert (tmp_path / "three-questions.png").stat().st_size > 0 and "Sizes" in (tmp_path / "results.md").read_text()
     assert not (tmp_path / "training.png").exists()  # no training state: no curves

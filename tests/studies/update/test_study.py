@@ -178,7 +178,7 @@ def test_a_sweep_needs_a_finished_study_with_the_same_data(tmp_path):
 
 
 def test_questions_in_document_form_stop_before_the_answer_in_the_entitys_own_document():
-    from studies.qa.synthetic import SyntheticConfig, document, generate
+    from memory_mosaics.experiments.synthetic import SyntheticConfig, document, generate
     from studies.update.groups import in_document_form
 
     bench = generate(SyntheticConfig(num_entities=12, held_out_fraction=0.25, paraphrases=2, seed=0))
@@ -199,8 +199,8 @@ def test_questions_in_document_form_stop_before_the_answer_in_the_entitys_own_do
 
 
 def test_probes_ask_every_attribute_in_a_wording_no_scored_question_uses():
+    from memory_mosaics.experiments.synthetic import QUESTION_TEMPLATES, SyntheticConfig, generate
     from mlpmem.inference.prompts import qa_prompt
-    from studies.qa.synthetic import QUESTION_TEMPLATES, SyntheticConfig, generate
     from studies.update.groups import PROBE_WORDINGS, probes_of
 
     bench = generate(SyntheticConfig(num_entities=8, seed=0))

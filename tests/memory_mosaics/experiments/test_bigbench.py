@@ -4,14 +4,14 @@
 import pytest
 
 from helpers.bigbench import write_archive
-from mlpmem.errors import CorpusError
-from studies.qa.bigbench import (
+from memory_mosaics.experiments.bigbench import (
     detokenize,
     disfl_qa,
     multiple_choice,
     qa_wikidata,
     read_task,
 )
+from mlpmem.errors import CorpusError
 
 PARA_A = "The Earth ' s atmosphere holds oxygen ( see Occurrence ) . It is 21 % of the air ."
 PARA_B = "Petrologists identify rock samples in the laboratory ."
@@ -85,3 +85,13 @@ def test_multiple_choice_single_label(archive):
 
 def test_detokenize():
     assert detokenize("Aix - la - Chapelle , 1748 .") == "Aix-la-Chapelle, 1748."
+
+
+def test_without_an_archive_a_reader_stops_in_one_line(monkeypatch, tmp_path):
+    """PyPI no longer serves the archive: without a named copy nothing is downloaded, the error says what to set."""
+    monkeypatch.delenv("MLPMEM_BIGBENCH_ARCHIVE", raising=False)
+    with pytest.raises(CorpusError, match="set MLPMEM_BIGBENCH_ARCHIVE") as err:
+        qa_wikidata()
+    assert "\n" not in str(err.value)
+    with pytest.raises(CorpusError, match="not found"):
+        read_task("qa_wikidata", tmp_path / "missing.tar.gz")

@@ -4,8 +4,7 @@ import json
 
 import pytest
 
-from mlpmem.errors import ConfigError
-from studies.qa.synthetic import (
+from memory_mosaics.experiments.synthetic import (
     ATTRIBUTES,
     DOC_TEMPLATES,
     QUESTION_TEMPLATES,
@@ -14,6 +13,7 @@ from studies.qa.synthetic import (
     generate,
     write_benchmark,
 )
+from mlpmem.errors import ConfigError
 
 
 def test_deterministic_under_seed(tmp_path):

@@ -1,4 +1,5 @@
-"""What fraction of the machine training uses: matmul FLOPs per trained token against a measured matmul peak.
+"""What fraction of the machine training uses (``bench offline``): matmul FLOPs per trained token against a measured
+matmul peak.
 
 FLOPs of one training step (forward + backward, per token) are counted by ``FlopCounterMode`` on the autograd
 path of the loss (the fused path runs the same matmuls in chunks). The peak is a plain square ``torch.mm``
@@ -67,16 +68,3 @@ def peak_size(dtype: torch.dtype, max_size: int = 2048, min_seconds: float = 0.0
             break
         size = min(2 * size, max_size)
     return size
-
-
-def matmul_peak(dtype: torch.dtype = torch.bfloat16, max_size: int | None = None, repeats: int = 5,
-                device: torch.device | str = "cpu") -> float:
-    """FLOP/s of a square ``torch.mm`` in ``dtype`` on ``device`` (sized by :func:`peak_size`, at most ``max_size``:
-    :func:`peak_max_size` by default): the best of ``repeats`` after a warm-up (the machine's attainable rate, not
-    its average under load)."""
-    device = torch.device(device)
-    size = peak_size(dtype, max_size or peak_max_size(device), device=device)
-    a, b = random_square(size, dtype, device)
-    _timed_mm(a, b)
-    best = min(_timed_mm(a, b) for _ in range(repeats))
-    return 2.0 * size**3 / best

@@ -1,12 +1,9 @@
-"""Real QA data from the ``bigbench==1.0.0`` source archive, read with ``tarfile`` (never installed).
+"""Real QA data from a copy of the ``bigbench==1.0.0`` source archive, read with ``tarfile`` (never installed).
 
-The sdist (358 MB) is fetched once with ``pip download --no-deps --no-binary :all: bigbench==1.0.0`` into
-``cache_root()/"downloads"``. pip >= 24 refuses to even download it (its setup declares a ``file://``
-dependency), so on that refusal the download is retried with ``pip<24`` in a throw-away virtual
-environment. A local copy can be given with ``archive=`` or ``$MLPMEM_BIGBENCH_ARCHIVE``: the sdist, or an archive of
-the ``google/BIG-bench`` repository (any top folder: a task is found by its path under
-``bigbench/benchmark_tasks/``), for where PyPI no longer serves 1.0.0. Each task's
-``task.json`` is extracted once to ``cache_root()/"bigbench"/<task>.json`` (a full archive scan takes ~10 s).
+PyPI no longer serves ``bigbench==1.0.0``, so the archive is read only from a local copy named by ``archive=`` or
+``$MLPMEM_BIGBENCH_ARCHIVE``: the sdist, or an archive of the ``google/BIG-bench`` repository (any top folder: a task
+is found by its path under ``bigbench/benchmark_tasks/``). Without one, a reader stops with a one-line
+``CorpusError`` that says so.
 
 Readers (deterministic: items are subsampled with a seeded hash order, never ``random``)::
 
@@ -27,17 +24,14 @@ import hashlib
 import json
 import os
 import re
-import subprocess
-import sys
 import tarfile
-import tempfile
 from pathlib import Path
 
 from mlpmem.errors import CorpusError
-from mlpmem.utils.io import cache_root
 
 BIGBENCH_PIP_SPEC = "bigbench==1.0.0"
-BIGBENCH_ARCHIVE = "bigbench-1.0.0.tar.gz"
+ARCHIVE_ENV = "MLPMEM_BIGBENCH_ARCHIVE"
+"""The environment variable naming a local copy of the archive."""
 TASK_MEMBER = "bigbench-1.0.0/bigbench/benchmark_tasks/{task}/{file}"
 TASK_FILES = {"truthful_qa": "task_mc.json"}
 """Programmatic tasks (a ``task.py``) whose multiple-choice items ship as a JSON file beside it: TruthfulQA's
@@ -49,59 +43,22 @@ def task_member(task: str) -> str:
     return TASK_MEMBER.format(task=task, file=TASK_FILES.get(task, "task.json"))
 
 
-def _pip_download(pip: list[str], out: Path) -> subprocess.CompletedProcess:
-    command = [*pip, "download", "--no-deps", "--no-binary", ":all:", BIGBENCH_PIP_SPEC, "-d", str(out)]
-    return subprocess.run(command, capture_output=True, text=True)
-
-
-def download_bigbench(download_dir: str | Path | None = None) -> Path:
-    """The bigbench sdist in ``download_dir`` (default the mlpmem cache), fetched with pip if missing."""
-    out = Path(download_dir) if download_dir is not None else cache_root() / "downloads"
-    target = out / BIGBENCH_ARCHIVE
-    if target.is_file():
-        return target
-    out.mkdir(parents=True, exist_ok=True)
-    done = _pip_download([sys.executable, "-m", "pip"], out)
-    if not target.is_file() and "direct URL" in done.stderr:  # pip >= 24: retry with an older pip
-        with tempfile.TemporaryDirectory() as tmp:
-            subprocess.run([sys.executable, "-m", "venv", tmp], check=True, capture_output=True)
-            pip = [str(Path(tmp) / "bin" / "python"), "-m", "pip"]
-            subprocess.run([*pip, "install", "-q", "pip<24"], check=True, capture_output=True)
-            done = _pip_download(pip, out)
-    if not target.is_file():
-        lines = done.stderr.strip().splitlines()
-        raise CorpusError(f"could not download {BIGBENCH_PIP_SPEC} ({lines[-1] if lines else 'pip wrote no archive'}): "
-                          "set MLPMEM_BIGBENCH_ARCHIVE to a copy of it or to an archive of the google/BIG-bench "
-                          "repository")
-    return target
-
-
 def bigbench_archive(archive: str | Path | None = None) -> Path:
-    archive = archive or os.environ.get("MLPMEM_BIGBENCH_ARCHIVE")
-    if archive:
-        if not Path(archive).is_file():
-            raise CorpusError(f"bigbench archive {archive} not found")
-        return Path(archive)
-    return download_bigbench()
+    """The archive ``archive`` or ``$MLPMEM_BIGBENCH_ARCHIVE`` names (a one-line ``CorpusError`` without one)."""
+    archive = archive or os.environ.get(ARCHIVE_ENV)
+    if not archive:
+        raise CorpusError(f"BIG-bench data needs a copy of the {BIGBENCH_PIP_SPEC} archive (PyPI no longer serves it): "
+                          "set MLPMEM_BIGBENCH_ARCHIVE to it or to an archive of the google/BIG-bench repository")
+    if not Path(archive).is_file():
+        raise CorpusError(f"bigbench archive {archive} not found")
+    return Path(archive)
 
 
 def read_task(task: str, archive: str | Path | None = None) -> dict:
-    """The ``task.json`` of one BIG-bench task (for :data:`TASK_FILES` its items' JSON; extracted once into the
-    cache)."""
-    archive = archive or os.environ.get("MLPMEM_BIGBENCH_ARCHIVE")
-    cached = cache_root() / "bigbench" / f"{task}.json"
-    if archive is None and cached.is_file():
-        return json.loads(cached.read_text())
+    """The ``task.json`` of one BIG-bench task (for :data:`TASK_FILES` its items' JSON)."""
     path = bigbench_archive(archive)
     with tarfile.open(path) as tar:
-        raw = tar.extractfile(_member(tar, task, path)).read()
-    data = json.loads(raw)
-    if archive is None:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_suffix(".tmp")
-        tmp.write_bytes(raw)
-        tmp.replace(cached)
-    return data
+        return json.loads(tar.extractfile(_member(tar, task, path)).read())
 
 
 def _member(tar: tarfile.TarFile, task: str, path: Path) -> tarfile.TarInfo:
