@@ -106,6 +106,8 @@ COMMANDS = (
                     help="comma-separated subset of backbone,memory,knnlm,rag,knnlm-exact,memory-gate"),
                 Arg("--no-ladder", dest="ladder", action="store_false", default=None,
                     help="skip the memory timed without each optimization"),
+                Arg("--knn-keys", choices=("bench", "run"), default_from=INFER,
+                    help="kNN-LM keys: the run's and other runs' topped up to --knn-min-keys, or the run's alone"),
                 Arg("--knn-min-keys", type=int, default_from=f"{KNN}.min_keys", help="keys in the kNN-LM index"),
                 Arg("--knn-nlist", type=int, default_from=f"{KNN}.index.nlist", help="IVF lists of the kNN-LM index"),
                 Arg("--knn-nprobe", type=int, default_from=f"{KNN}.index.nprobe", help="lists searched per query"),
