@@ -17,7 +17,7 @@ import torch
 
 from mlpmem.baselines.knnlm import CombinedKeyStore
 from mlpmem.baselines.methods import Built, MethodOptions, build_method
-from mlpmem.baselines.rag import RAGConfig
+from mlpmem.baselines.rag import RAGConfig, load_encoder
 from mlpmem.corpora.documents import SPLITS, Document, read_documents, split_files, tokenize_documents
 from mlpmem.corpora.registry import prepare
 from mlpmem.corpora.tokens import open_tokens
@@ -79,9 +79,11 @@ def rag_method(cfg: InferBenchConfig, run_cfg, backbone: tuple) -> tuple[TimedMe
     tokenizer = backbone[1]
     rag_cfg = RAGConfig(retriever=cfg.rag_retriever, top_k=cfg.rag_top_k,
                         max_prompt_tokens=cfg.prompt_tokens + cfg.rag_context_tokens)
+    encoder = load_encoder() if cfg.rag_retriever == "dense" else None  # loading it is no part of the indexing
+    docs = train_documents(run_cfg, tokenizer)
     t0 = time.perf_counter()
     built = build_method(f"rag-{cfg.rag_retriever}", Path(run_cfg.run_dir), backbone,
-                         MethodOptions(docs=train_documents(run_cfg, tokenizer), rag=rag_cfg))
+                         MethodOptions(docs=docs, rag=rag_cfg, encoder=encoder))
     rag = built.rag
     info = {"passages": len(rag.retriever.passages), "index_seconds": time.perf_counter() - t0,
             "retriever": rag_cfg.retriever, "top_k": rag_cfg.top_k, "max_prompt_tokens": rag_cfg.max_prompt_tokens,
