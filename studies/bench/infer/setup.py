@@ -119,8 +119,9 @@ def knn_method(cfg: InferBenchConfig, run_dir: Path, backbone: tuple, lam: float
     index = None if exact else knn_index(store, cfg.knn, progress)  # None: exact search, (N, d) fp32 in RAM
     built = build_method("knnlm", run_dir, backbone, MethodOptions(lam=lam, knn_store=store, knn_index=index))
     decoder = built.model
+    searched = {"kind": "exact"} if exact else {**vars(cfg.knn.index), "nlist": int(index.index.nlist)}  # as built
     info = {"keys": store.num_rows, "sources": [s["path"] for s in store.sources()], "setup_seconds":
-            time.perf_counter() - t0, "index": {"kind": "exact"} if exact else vars(cfg.knn.index), **built.info}
+            time.perf_counter() - t0, "index": searched, **built.info}
     last = {"seen": 0.0}
 
     def extra() -> dict:  # index.search seconds during the last measurement
