@@ -15,7 +15,7 @@ NAME = "python -m studies"
 GROUPS = {
     "": "the studies of a finished run or a preset",
     "qa": "knowledge QA: EM/F1 of one method, the whole comparison",
-    "bench": "speed benchmarks: inference, the gate's decode, offline stages, packing, scale",
+    "bench": "speed benchmarks: inference, the gate's decode, offline stages, packing, scale, break-even",
     "tasks": "local lm-eval tasks from shipped data (compare methods on them with `mlpmem compare`)",
 }
 
@@ -26,6 +26,7 @@ OFFLINE = "studies.bench.offline:OfflineBenchConfig"
 PACKING = "studies.bench.packing:PackingBenchConfig"
 LM_EVAL_BENCH = "studies.bench.lm_eval_contexts:LmEvalBenchConfig"
 KNN = "studies.bench.knn_setup:KnnSetupConfig"
+BREAKEVEN = "studies.bench.breakeven.config:BreakEvenConfig"
 
 
 def bench_args(config: str) -> tuple[Arg, ...]:
@@ -106,6 +107,8 @@ COMMANDS = (
                     help="comma-separated subset of backbone,memory,knnlm,rag,knnlm-exact,memory-gate"),
                 Arg("--no-ladder", dest="ladder", action="store_false", default=None,
                     help="skip the memory timed without each optimization"),
+                Arg("--knn-keys", choices=("bench", "run"), default_from=INFER,
+                    help="kNN-LM keys: the run's and other runs' topped up to --knn-min-keys, or the run's alone"),
                 Arg("--knn-min-keys", type=int, default_from=f"{KNN}.min_keys", help="keys in the kNN-LM index"),
                 Arg("--knn-nlist", type=int, default_from=f"{KNN}.index.nlist", help="IVF lists of the kNN-LM index"),
                 Arg("--knn-nprobe", type=int, default_from=f"{KNN}.index.nprobe", help="lists searched per query"),
@@ -164,6 +167,30 @@ COMMANDS = (
                 Arg("--corpus-repeats", default="4,16",
                     help="times the training split is repeated for the datastore stage's peak RSS (empty: skip)"),
                 Arg("--docs", default="docs/results/scale", help="also write report.md and results.json here"))),
+    Command("breakeven", "bench", "studies.bench.breakeven.run:cmd_breakeven",
+            "break-even requests: offline cost against per-request savings, per corpus size", (
+                Arg("config", help="config (YAML or preset) whose corpus is capped at each size"),
+                Arg("--sizes", type=comma_ints, default_from=BREAKEVEN, metavar="N,N,...",
+                    help="training-split caps in corpus tokens, one run each"),
+                Arg("--out", dest="out_dir", default_from=BREAKEVEN,
+                    help="work folder: the runs and what was measured"),
+                Arg("--docs", dest="docs_dir", metavar="DIR",
+                    help="write report.md, results.json and breakeven.png here (default: the --out folder)"),
+                Arg("--prompt-tokens", type=int, default_from=BREAKEVEN, help="P: prompt tokens of a request"),
+                Arg("--new-tokens", type=int, default_from=BREAKEVEN, help="N: tokens a request generates"),
+                Arg("--serving-batch", type=int, default_from=BREAKEVEN,
+                    help="batch size timed beside batch 1 (1: batch 1 only)"),
+                Arg("--repeats", type=int, default_from=BREAKEVEN, help="timed repetitions (after the warm-up)"),
+                Arg("--warmup", type=int, default_from=BREAKEVEN, help="discarded warm-up repetitions"),
+                Arg("--rag-retriever", choices=("dense", "bm25"), default_from=BREAKEVEN, help="RAG retriever"),
+                Arg("--ivfpq-min-keys", type=int, default_from=BREAKEVEN,
+                    help="time kNN-LM with IVF-PQ too from this many datastore keys"),
+                Arg("--pq-bytes", type=int, default_from=BREAKEVEN, help="bytes per IVF-PQ code"),
+                Arg("--nprobe", type=int, default_from=BREAKEVEN, help="IVF lists searched per query"),
+                Arg("--finetune", type=comma_names, default_from=BREAKEVEN,
+                    help="fine-tuned baselines whose training is timed at each size (cpt,lora or none)"),
+                Arg("--threads", type=int, help="torch/FAISS threads (default: all cores)"),
+                SET, QUIET)),
     Command("list", "tasks", "studies.tasks.cli:cmd_list",
             "BIG-bench multiple-choice tasks, their sizes, the selection rule's verdict", (
                 Arg("--all", action="store_true", help="also the rejected tasks, with the reason"),

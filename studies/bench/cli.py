@@ -33,7 +33,7 @@ def _knn(args: argparse.Namespace) -> KnnSetupConfig:
 
 def bench_infer(args: argparse.Namespace) -> None:
     values = _given(args, ("threads", "repeats", "out_dir", "prompt_tokens", "new_tokens", "batch_sizes", "warmup",
-                           "methods", "ladder", "rag_retriever", "lam"))
+                           "methods", "ladder", "rag_retriever", "lam", "knn_keys"))
     infer.main(args.config, InferBenchConfig(**values, overrides=args.set, knn=_knn(args)), progress=not args.quiet)
 
 

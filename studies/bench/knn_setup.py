@@ -17,7 +17,7 @@ from mlpmem.config import Config
 from mlpmem.corpora.documents import Document, tokenize_documents
 from mlpmem.corpora.shakespeare import download_shakespeare, read_shakespeare_archive
 from mlpmem.corpora.store import seeded_order
-from mlpmem.datastore import KeystoreConfig, build_keystore
+from mlpmem.datastore import KeyStore, KeystoreConfig, build_keystore
 from mlpmem.errors import ConfigError, MlpmemError
 from mlpmem.index import IndexConfig
 
@@ -80,11 +80,35 @@ def extra_keys(model, tokenizer, needed: int, cfg: KnnSetupConfig, layer: int, s
     return Path(cfg.extra_dir)
 
 
-def knn_datastore(model, tokenizer, cfg: KnnSetupConfig, progress=True, precision: str = "fp32") -> CombinedKeyStore:
-    """The combined read-only keystores, topped up with extra keys to ``cfg.min_keys`` rows."""
-    sources = [p for p in cfg.sources if (Path(p) / "manifest.json").is_file()]
+def _key_settings(path: str) -> dict:
+    manifest = KeyStore(path, verify=False).manifest
+    return {"backbone": {k: v for k, v in manifest["backbone"].items() if k != "name"}, "layer": manifest["layer"],
+            "site": manifest["site"]}
+
+
+def existing_sources(own: list[str], others: list[str]) -> list[str]:
+    """The keystores of ``others`` and then of ``own`` (the measured run's) that exist, each folder once, all of
+    the backbone, layer and site of the run's first keystore (another backbone's keys do not mix)."""
+    present, seen = [], set()
+    for path in [*others, *own]:
+        if (Path(path) / "manifest.json").is_file() and Path(path).resolve() not in seen:
+            seen.add(Path(path).resolve())
+            present.append(str(path))
+    if not present:
+        return []
+    mine = [p for p in own if (Path(p) / "manifest.json").is_file()]
+    reference = _key_settings(mine[0] if mine else present[0])
+    return [p for p in present if _key_settings(p) == reference]
+
+
+def knn_datastore(model, tokenizer, cfg: KnnSetupConfig, progress=True, precision: str = "fp32",
+                  own: list[str] = (), config: str = "CONFIG") -> CombinedKeyStore:
+    """The measured run's keystores (``own``) and those of ``cfg.sources`` that exist, topped up with extra keys to
+    ``cfg.min_keys`` rows; ``config`` names the run's config in the one-line error when none exists."""
+    sources = existing_sources(list(own), cfg.sources)
     if not sources:
-        raise ConfigError(f"none of the kNN keystores exists: {cfg.sources}")
+        raise ConfigError(f"no kNN-LM keystore: {own[0] if own else 'the run'} is not built; run "
+                          f"`mlpmem datastore {config}` first")
     store = CombinedKeyStore(sources)
     store.stores[0].check_backbone(model, tokenizer)
     if store.num_rows >= cfg.min_keys:

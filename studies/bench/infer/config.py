@@ -14,6 +14,7 @@ benchmark's large datastore, searched by the IVF-PQ index or exactly; ``memory-g
 run's learned gate (``mlpmem gate``)."""
 DEFAULT_METHODS = TIMED_METHODS[:4]
 BATCH1_ONLY = ("knnlm-exact",)  # brute force over every key per step: timed at batch 1 only
+KNN_KEYS = ("bench", "run")
 FALLBACK_LAMBDA = {"memory": 0.3, "knnlm": 0.2}  # timed instead of a chosen λ = 0, which skips the method
 
 
@@ -41,6 +42,10 @@ class InferBenchConfig(Config):
     lam: float | None = None
     """λ of the memory; None: the run's, or ``FALLBACK_LAMBDA`` if the run chose 0 (the memory would not run)."""
     knn: KnnSetupConfig = field(default_factory=KnnSetupConfig)
+    knn_keys: str = "bench"
+    """The kNN-LM's keys: ``bench``, the measured run's own keystores (datastore and validation) with those of
+    ``knn.sources`` that exist, topped up to ``knn.min_keys`` (``knn_setup``); ``run``, the run's datastore alone
+    (the kNN-LM that run would deploy; its IVF-PQ index cached in ``knn.index_dir``)."""
 
     def validate(self) -> None:
         if isinstance(self.knn, dict):
@@ -50,5 +55,7 @@ class InferBenchConfig(Config):
             raise ConfigError(f"bench methods must include backbone and be among {TIMED_METHODS}, got {self.methods}")
         if self.prompt_tokens < 1 or self.new_tokens < 2 or self.repeats < 1 or self.warmup < 0:
             raise ConfigError("bench prompt_tokens >= 1, new_tokens >= 2, repeats >= 1 and warmup >= 0 needed")
+        if self.knn_keys not in KNN_KEYS:
+            raise ConfigError(f"bench knn_keys must be one of {KNN_KEYS}, got {self.knn_keys!r}")
         if not self.batch_sizes or min(self.batch_sizes) < 1:
             raise ConfigError("bench batch_sizes must hold integers >= 1")

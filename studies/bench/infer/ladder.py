@@ -40,15 +40,30 @@ class _AllPositions(_SlowMix):
         return keep_positions(every, lm_logits, logits_to_keep)
 
 
+def shares_head(backbone, memory) -> bool:
+    """Whether the memory's head is the backbone's output embedding itself (what the fused head needs); a corpus
+    head is a copy of some of its rows, an untied head its own matrix."""
+    return memory.config.tie_head and memory.head.weight is backbone.get_output_embeddings().weight
+
+
 def memory_variants(backbone, memory, lam: float) -> dict[str, MemoryAugmentedForCausalLM]:
-    """The memory without each decode optimization, and with its blocks stored in bf16 (``memory:bf16``)."""
-    tied = memory.config.tie_head
+    """The memory without each decode optimization, and with its blocks stored in bf16 (``memory:bf16``);
+    ``memory:+fused`` only where the head can be fused (:func:`ladder_notes` says why it is not there)."""
     variants = {"memory:naive": _AllPositions.from_parts(backbone, memory, lam, fuse_head=False),
                 "memory:+kept": _SlowMix.from_parts(backbone, memory, lam, fuse_head=False)}
-    if tied:
+    if shares_head(backbone, memory):
         variants["memory:+fused"] = _SlowMix.from_parts(backbone, memory, lam, fuse_head=True)
     variants["memory:bf16"] = MemoryAugmentedForCausalLM.from_parts(backbone, bf16_copy(memory, backbone), lam)
     return variants
+
+
+def ladder_notes(backbone, memory) -> list[str]:
+    """One line per ladder step left out for this memory, and why."""
+    if shares_head(backbone, memory):
+        return []
+    head = ("a corpus head (a copy of some of the output embedding's rows)" if memory.config.tie_head
+            else "its own untied head")
+    return [f"memory:+fused skipped: the memory has {head}, so there is no shared head to fuse"]
 
 
 def bf16_copy(memory, backbone):

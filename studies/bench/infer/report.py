@@ -73,7 +73,9 @@ def report(results: dict) -> str:
             rows.append([name, b, e["input_tokens"], _spread(e["ttft_s"], 1e3), f"{r['ttft_vs_backbone']:.3f}",
                          _spread(e["decode_tok_s"]), f"{r['decode_vs_backbone']:.3f}"])
     rows.sort(key=lambda r: (int(r[1]), list(results["methods"]).index(r[0])))
-    lines += [markdown_table(header, rows), "", *gate_lines(results), "## Against the paper (batch 1)", "",
+    notes = [f"Note: {n}." for n in results["info"].get("notes", [])]
+    lines += [markdown_table(header, rows), "", *notes, *([""] if notes else []), *gate_lines(results),
+              "## Against the paper (batch 1)", "",
               markdown_table(["ratio", "measured", "paper (Fig. 1)", "target"], targets(results)), ""]
     lim = results["limits"]
     lines += ["## Weight-bound limit of the memory's decode ratio (batch 1)", "",

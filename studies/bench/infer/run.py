@@ -13,7 +13,7 @@ from mlpmem.compute import compute_device, model_device
 from mlpmem.pipeline.config import PipelineConfig
 from studies.bench.common import threads, write_text
 from studies.bench.infer.config import BATCH1_ONLY, FALLBACK_LAMBDA, InferBenchConfig
-from studies.bench.infer.ladder import bf16_quality, memory_variants
+from studies.bench.infer.ladder import bf16_quality, ladder_notes, memory_variants
 from studies.bench.infer.measure import (
     TimedMethod,
     interleaved,
@@ -47,13 +47,14 @@ def run_bench(config_path: str, cfg: InferBenchConfig, progress: bool = True) ->
         methods["memory-gate"] = TimedMethod("memory-gate", context=gated.active)
         info["memory-gate"] = {"gate": gated.gate.config.to_dict(), "fused_head": gated.fuse_head}
     ladder = memory_variants(model, memory, lam) if cfg.ladder else {}
+    info["notes"] = ladder_notes(model, memory) if cfg.ladder else []
     for name, variant in ladder.items():
         methods[name] = TimedMethod(name, context=variant.active)
     knn_lam = chosen["knnlm"] or FALLBACK_LAMBDA["knnlm"]
     for name in ("knnlm", "knnlm-exact"):
         if name in cfg.methods:
             methods[name], info[name] = knn_method(cfg, run_dir, backbone, knn_lam, progress,
-                                                   run_cfg.backbone.precision, exact=name == "knnlm-exact")
+                                                   run_cfg.backbone.precision, name == "knnlm-exact", config_path)
     if "rag" in cfg.methods:
         methods["rag"], info["rag"] = rag_method(cfg, run_cfg, backbone)
     prompts = prompt_windows(split_documents(run_cfg, "test"), tokenizer, cfg.prompt_tokens, max(cfg.batch_sizes))

@@ -1,4 +1,5 @@
-"""Break-even arithmetic on constructed costs, and growth laws fitted on synthetic points (no timing)."""
+"""Break-even arithmetic on constructed costs ("never" included), growth laws fitted on synthetic points, FLOP
+estimates and the projection on constructed rates (no timing)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,14 @@ from studies.bench.breakeven import (
     RequestShape,
     break_even,
     crossing_size,
+    fit_linear,
     fit_power_law,
+    flops,
     plot_totals,
 )
+from studies.bench.breakeven.costs import break_evens
+from studies.bench.breakeven.growth import growth_laws
+from studies.bench.breakeven.projection import PaperRegime, six_x_size
 
 SHAPE = RequestShape(prompt_tokens=256, new_tokens=10)
 
@@ -73,3 +79,62 @@ def test_plot_writes_a_png(tmp_path):
     plot_totals(methods, SHAPE, 10_000, "40k tokens", tmp_path / "totals.png")
     assert (tmp_path / "totals.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert np.isclose(methods[0].total(np.array([0.0]), SHAPE)[0], 1000.0)
+
+
+def test_linear_law_recovers_its_slope_and_intercept():
+    sizes = [4e4, 2e5, 1.4e6]
+    law = fit_linear(sizes, [12.0 + 3e-3 * s for s in sizes])
+    assert law.slope == pytest.approx(3e-3) and law.intercept == pytest.approx(12.0) and law.r2 == pytest.approx(1)
+    assert float(law(1e8)) == pytest.approx(12.0 + 3e5)
+    flat = fit_linear(sizes, [0.05] * 3)
+    assert flat.slope == pytest.approx(0.0, abs=1e-15) and flat.r2 == 1.0
+    noisy = fit_linear(sizes, [1.0, 5.0, 2.0])
+    assert 0 <= noisy.r2 < 1
+    with pytest.raises(ConfigError, match="two or more distinct sizes"):
+        fit_linear([1e5], [1.0])
+    with pytest.raises(ConfigError, match="finite sizes and costs"):
+        fit_linear([1e5, 2e5], [1.0, float("inf")])
+
+
+def test_growth_laws_of_entries_skip_what_one_size_lacks():
+    entries = [{"tokens": n, "offline_seconds": {"memory_parts": {"keys": 2e-3 * n}},
+                "search_s_per_token": {"knnlm-exact": 1e-9 * n, **({"knnlm": 1e-4} if n > 1e5 else {})}}
+               for n in (4e4, 2e5, 1.4e6)]
+    growth = growth_laws(entries)
+    assert growth["key extraction"]["linear"]["slope"] == pytest.approx(2e-3)
+    assert growth["key extraction"]["power"]["exponent"] == pytest.approx(1.0)
+    assert growth["kNN-LM search per token, IVF-PQ"]["power"]["exponent"] == pytest.approx(0.0, abs=1e-9)
+    assert growth["teacher"] == {"unit": "s", "points": []}
+
+
+def test_break_even_tables_say_never():
+    shape = RequestShape(8, 2)
+    offline = {"memory": 100.0, "rag": 1.0, "knnlm-exact": 50.0}
+    online = {"memory": {"1": {"ttft_per_request_s": 0.2, "decode_s": 0.05}},
+              "rag": {"1": {"ttft_per_request_s": 0.1, "decode_s": 0.05}},  # cheaper per request and offline
+              "knnlm-exact": {"1": {"ttft_per_request_s": 0.2, "decode_s": 0.1}}}
+    table = break_evens(offline, online, shape)["1"]
+    assert table["rag"] == {"against": "rag", "verdict": "never", "requests": None}
+    assert table["knnlm-exact"] == {"against": "knnlm-exact", "verdict": "after", "requests": 501}  # 50 s / 0.1 s
+
+
+def test_flop_estimates():
+    assert flops.search("exact", 64, 1000, 10) == 2 * 64 * 1000 * 10
+    assert flops.search("ivf_flat", 64, 1000, 1, nlist=10, nprobe=2) == 2 * 64 * (10 + 200)
+    assert flops.search("ivf_pq", 64, 1000, 1, nlist=10, nprobe=2, pq_bytes=8) == 2 * 64 * (10 + 256) + 200 * 8
+    assert flops.ivf_build("exact", 64, 1000, 10, 500) == 0
+    assert flops.memory_training(10, 5, 100) == (60 + 20) * 100
+    assert flops.finetune(100, 7, 10, full=True) == 6000 and flops.finetune(100, 7, 10, full=False) == 4420
+    assert flops.encoding(None, 100) is None
+
+
+def test_projection_reaches_the_papers_datastore_and_six_times():
+    regime = PaperRegime()
+    assert 5e9 * (regime.key_dim * regime.key_bytes + regime.value_bytes) / 1e12 == pytest.approx(40.98, abs=0.01)
+    bb_step = 2 * regime.backbone_parameters / 1e12  # decode at 1 TFLOP/s: 14 ms a step
+    rates = {"decode": 1e12, "search": 1e9}
+    tokens = six_x_size(regime, rates)
+    search = flops.search("ivf_pq", regime.key_dim, int(tokens), 1, regime.nlist, regime.nprobe, regime.pq_bytes)
+    memory_step = bb_step * (1 + regime.memory_parameters / regime.backbone_parameters)
+    assert (bb_step + search / 1e9) / memory_step == pytest.approx(6.0, rel=1e-6)
+    assert six_x_size(regime, {"decode": 1e12, "search": 1e3}) is None  # the fixed part of a search already costs more

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -16,7 +17,7 @@ from mlpmem.index import IndexConfig
 from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.memory import MLPMemory, tie_to_backbone
 from studies.bench.infer.config import InferBenchConfig
-from studies.bench.infer.ladder import memory_variants
+from studies.bench.infer.ladder import ladder_notes, memory_variants
 from studies.bench.infer.measure import TimedMethod, measure, weight_limits
 from studies.bench.infer.report import targets
 from studies.bench.infer.run import main
@@ -125,3 +126,43 @@ def test_bench_infer_times_the_gated_memory_beside_the_fixed_one(finished_run):
         "decode_vs_backbone"]
     assert results["gate_decode_ratio"] == {"1": ratio} and ratio > 0
     assert "learned gate / fixed λ: batch 1" in (root / "out-gate" / "report.md").read_text()
+
+
+def test_ladder_skips_the_fused_head_of_a_corpus_head_with_a_note():
+    backbone = tiny_backbone("llama")
+    torch.manual_seed(3)
+    memory = MLPMemory(memory_config_for(backbone, "tiny", tie_head=True, vocab="corpus", head_vocab_size=40)).eval()
+    memory.set_head_vocab(torch.arange(0, 80, 2))
+    tie_to_backbone(memory, backbone)
+    variants = memory_variants(backbone, memory, 0.4)
+    assert set(variants) == {"memory:naive", "memory:+kept", "memory:bf16"}
+    assert ladder_notes(backbone, memory) == ["memory:+fused skipped: the memory has a corpus head (a copy of some "
+                                              "of the output embedding's rows), so there is no shared head to fuse"]
+    assert ladder_notes(backbone, tied_memory(backbone)) == []
+    x = torch.tensor([[5, 17, 3, 99, 42, 7]])
+    with torch.no_grad():
+        expected = MemoryAugmentedForCausalLM.from_parts(backbone, memory, 0.4)(input_ids=x, logits_to_keep=1).logits
+        got = variants["memory:+kept"](input_ids=x, logits_to_keep=1).logits
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-5)
+
+
+def test_knnlm_uses_the_runs_own_keys_when_no_other_run_exists(finished_run):
+    root, config = finished_run
+    knn = KnnSetupConfig(sources=[str(root / "no-such-run" / "datastore")], min_keys=1)
+    cfg = InferBenchConfig(prompt_tokens=8, new_tokens=3, batch_sizes=[1], repeats=1, warmup=0, ladder=False,
+                           methods=["backbone", "knnlm-exact"], out_dir=str(root / "out-own"), knn=knn, threads=1)
+    results = main(str(config), cfg, progress=False)
+    assert results["info"]["knnlm-exact"]["sources"] == [str(root / "run" / "datastore"),
+                                                         str(root / "run" / "eval" / "validation")]
+    alone = dataclasses.replace(cfg, knn_keys="run", out_dir=str(root / "out-run"))
+    results = main(str(config), alone, progress=False)
+    assert results["info"]["knnlm-exact"]["sources"] == [str(root / "run" / "datastore")]
+
+
+def test_knnlm_without_a_built_datastore_says_what_to_run(tmp_path, tiny_run):
+    from studies.bench.infer.setup import knn_keys
+
+    for keys in ("run", "bench"):
+        cfg = InferBenchConfig(knn_keys=keys, knn=KnnSetupConfig(sources=[str(tmp_path / "none")]))
+        with pytest.raises(ConfigError, match=r"is not built; run `mlpmem datastore quick.yaml` first$"):
+            knn_keys(cfg, tmp_path / "run", (None, None), False, "fp32", "quick.yaml")

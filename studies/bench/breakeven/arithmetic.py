@@ -1,16 +1,18 @@
 """When does a method pay for its offline cost? Total cost against requests, break-even points and growth laws.
 
-A method's cost for ``n`` requests of one shape (a prompt of P tokens, N tokens generated) is
+A method's cost for ``n`` requests of one shape (a prompt of P tokens, the first token, then N decode steps) is
 
     total(n) = offline + n · (ttft + N · decode)
 
 with ``offline`` the one-off cost of building it (seconds), ``ttft`` the time to the first token of a P-token
-prompt and ``decode`` the time per generated token, all measured on one machine. The memory breaks even against
+prompt and ``decode`` the time per further generated token, all measured on one machine. The memory breaks even against
 another method after ``n* = (offline_mem − offline_other) / (request_other − request_mem)`` requests when each of
 its requests is cheaper; when it is dearer per request and dearer offline it never does.
 
-Growth laws are power laws ``cost = a · size^b`` fitted by least squares in log-log space; a projection from one is
-printed as a projection with its fitted exponent, never as a measurement.
+Growth laws are fitted on the measured sizes two ways: a straight line ``cost = a + b · size`` (least squares in the
+corpus tokens; the slope is the cost per corpus token) and a power law ``cost = a · size^b`` (least squares in
+log-log space; its exponent tells linear growth, ~1, from constant, ~0, and faster, e.g. an exact teacher's 2). A
+projection from either is printed as a projection with its fitted law, never as a measurement.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlpmem.errors import ConfigError
+from mlpmem.reporting.plots import pyplot
 
 
 @dataclass(frozen=True)
 class RequestShape:
-    """A request: ``prompt_tokens`` read, ``new_tokens`` generated."""
+    """A request: ``prompt_tokens`` read, the first token generated (its TTFT), then ``new_tokens`` decode steps."""
 
     prompt_tokens: int
     new_tokens: int
@@ -104,17 +107,49 @@ class PowerLaw:
 
 def fit_power_law(sizes: list[float], costs: list[float]) -> PowerLaw:
     """Least squares of log(cost) on log(size); needs two or more distinct positive sizes and positive costs."""
-    x, y = np.asarray(sizes, dtype=float), np.asarray(costs, dtype=float)
-    if x.shape != y.shape or len(x) < 2 or len(set(x.tolist())) < 2:
-        raise ConfigError(f"a growth law needs two or more distinct sizes with a cost each, got {sizes} / {costs}")
+    x, y = _checked(sizes, costs)
     if (x <= 0).any() or (y <= 0).any():
         raise ConfigError(f"a power law needs positive sizes and costs, got {sizes} / {costs}")
     lx, ly = np.log(x), np.log(y)
     exponent, intercept = np.polyfit(lx, ly, 1)
-    residual = ly - (intercept + exponent * lx)
-    spread = float(((ly - ly.mean()) ** 2).sum())
-    r2 = 1.0 - float((residual**2).sum()) / spread if spread > 0 else 1.0
-    return PowerLaw(float(math.exp(intercept)), float(exponent), r2, len(x))
+    return PowerLaw(float(math.exp(intercept)), float(exponent), _r2(ly, intercept + exponent * lx), len(x))
+
+
+@dataclass(frozen=True)
+class LinearLaw:
+    """``cost = intercept + slope · size``, fitted on ``points`` measured sizes (``r2`` of the fit)."""
+
+    intercept: float
+    slope: float
+    r2: float
+    points: int
+
+    def __call__(self, size: float | np.ndarray) -> float | np.ndarray:
+        return self.intercept + self.slope * np.asarray(size, dtype=float)
+
+
+def _checked(sizes: list[float], costs: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    x, y = np.asarray(sizes, dtype=float), np.asarray(costs, dtype=float)
+    if x.shape != y.shape or len(x) < 2 or len(set(x.tolist())) < 2:
+        raise ConfigError(f"a growth law needs two or more distinct sizes with a cost each, got {sizes} / {costs}")
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise ConfigError(f"a growth law needs finite sizes and costs, got {sizes} / {costs}")
+    return x, y
+
+
+def _r2(y: np.ndarray, fitted: np.ndarray) -> float:
+    """R² of a fit; 1 for constant costs (no spread to explain, up to rounding)."""
+    spread = float(((y - y.mean()) ** 2).sum())
+    if spread <= 1e-20 * float((y**2).sum()):
+        return 1.0
+    return 1.0 - float(((y - fitted) ** 2).sum()) / spread
+
+
+def fit_linear(sizes: list[float], costs: list[float]) -> LinearLaw:
+    """Least squares of cost on size; needs two or more distinct sizes."""
+    x, y = _checked(sizes, costs)
+    slope, intercept = np.polyfit(x, y, 1)
+    return LinearLaw(float(intercept), float(slope), _r2(y, intercept + slope * x), len(x))
 
 
 def crossing_size(ratio: PowerLaw, target: float) -> float | None:
@@ -125,21 +160,27 @@ def crossing_size(ratio: PowerLaw, target: float) -> float | None:
     return float((target / ratio.coefficient) ** (1.0 / ratio.exponent))
 
 
-def plot_totals(methods: list[MethodCost], shape: RequestShape, max_requests: int, title: str, path) -> None:
-    """Total cost (hours) against requests, one line per method, saved to ``path`` (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    n = np.linspace(0, max_requests, 200)
-    fig, ax = plt.subplots(figsize=(6, 4))
+def draw_totals(ax, methods: list[MethodCost], shape: RequestShape, max_requests: int, title: str,
+                log: bool = False) -> None:
+    """Total cost (hours) against requests on ``ax``, one line per method (``log``: both axes, from 1 request, so
+    that crossings orders of magnitude apart all show)."""
+    n = np.geomspace(1, max_requests, 200) if log else np.linspace(0, max_requests, 200)
     for method in methods:
         ax.plot(n, method.total(n, shape) / 3600, label=method.name)
-    ax.set_xlabel(f"requests ({shape.prompt_tokens}-token prompt, {shape.new_tokens} generated)")
+    if log:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    ax.set_xlabel(f"requests ({shape.prompt_tokens}-token prompt, {shape.new_tokens + 1} tokens generated)")
     ax.set_ylabel("total cost (hours, offline + online)")
-    ax.set_title(title)
-    ax.legend()
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+
+
+def plot_totals(methods: list[MethodCost], shape: RequestShape, max_requests: int, title: str, path) -> None:
+    """Total cost (hours) against requests, one line per method, saved to ``path`` (PNG)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    draw_totals(ax, methods, shape, max_requests, title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
