@@ -13,7 +13,7 @@ from mlpmem.baselines.methods import METHODS
 from mlpmem.config import read_yaml
 from mlpmem.errors import MlpmemError
 from studies.cli import main
-from studies.qa.config import QASuiteConfig
+from studies.qa.config import BENCHMARKS, QASuiteConfig
 from studies.qa.per_item import item_scores, without_per_item
 
 CONFIGS = Path(__file__).resolve().parents[3] / "studies" / "qa" / "configs"
@@ -275,8 +275,12 @@ def test_suite_config_validation(tmp_path):
         QASuiteConfig(benchmarks={"synthetic": {"pipeline": "x"}}, gate_offset_grid=[])
     for preset in SUITES:  # every QA suite preset loads
         cfg = QASuiteConfig.from_yaml(str(preset))
-        assert "synthetic" in cfg.benchmarks and set(cfg.benchmarks) <= {"synthetic", "disfl_qa"}, preset
-        assert {"backbone", "memory", "memory-gate"} <= set(cfg.methods) <= set(METHODS), preset
+        assert cfg.benchmarks and set(cfg.benchmarks) <= set(BENCHMARKS), preset
+        assert {"backbone", "memory", "knnlm"} <= set(cfg.methods) <= set(METHODS), preset
+    default = QASuiteConfig.from_yaml("studies/qa/configs/report.yaml")  # installable data only
+    assert list(default.benchmarks) == ["halueval_qa"] and not default.battery.mc_tasks
+    assert not default.battery.truthfulness and not default.no_regression.mc_tasks
+    assert default.no_regression.qa_wikidata == 0 and default.ablations is None
 
 
 @pytest.mark.parametrize("path", MEMORY_RUNS, ids=lambda p: p.name)
