@@ -61,8 +61,12 @@ def forget(args: argparse.Namespace) -> None:
     if args.abort:
         print("discarded the unfinished operation" if summary["discarded"] else "nothing to discard")
         return
+    if not summary["changed"]:
+        print(f"nothing to forget: {summary['skipped']} document(s) already forgotten, skipped; the run is unchanged")
+        return
+    skipped = f", {summary['skipped']} skipped as already forgotten" if summary["skipped"] else ""
     print(f"forgot {summary['forgotten']} document(s) ({summary['rows_removed']} positions, "
-          f"{summary['teacher_shards_refreshed']} teacher shard(s) recomputed) in {summary['seconds']:.1f} s; "
+          f"{summary['teacher_shards_refreshed']} teacher shard(s) recomputed{skipped}) in {summary['seconds']:.1f} s; "
           f"fine-tuned {summary['tune_steps']} steps on {summary['tune_rows']} rows"
           + (f" ({summary['probes']} probe prompt(s))" if summary.get("probes") else ""))
 

@@ -10,6 +10,8 @@ from mlpmem.corpora import CORPORA, prepare
 from mlpmem.errors import MlpmemError
 from mlpmem.layout import RunLayout
 from mlpmem.reporting.run_report import summary_table, sweep_table
+from mlpmem.utils.commit import is_pending, recover
+from mlpmem.utils.lock import folder_lock
 from mlpmem.utils.shards import read_json
 
 
@@ -29,6 +31,9 @@ def summarize(args: argparse.Namespace) -> None:
             raise MlpmemError(f"{run_dir} is not a run folder ({'a file' if run_dir.exists() else 'not found'})")
         if not RunLayout(run_dir).knnlm_results.is_file():
             raise MlpmemError(f"{run_dir} holds no finished run (no knnlm/results.json): run `mlpmem run` on it first")
+        if is_pending(run_dir):
+            with folder_lock(run_dir, args.command_line):
+                recover(run_dir)
     table = summary_table(args.runs)
     print(table)
     if args.out:

@@ -37,7 +37,6 @@ from mlpmem.maintenance.config import ExplainConfig
 from mlpmem.maintenance.documents import Holdings
 from mlpmem.maintenance.finetune import load_memory
 from mlpmem.maintenance.ledger import holdings, load_ledger
-from mlpmem.maintenance.transaction import recover
 from mlpmem.pipeline import records, require
 from mlpmem.pipeline.run import Run
 from mlpmem.teacher import TeacherStore, exclude_and_weight
@@ -216,10 +215,9 @@ class Explainer:
 
 def explain_run(run: Run, prompt: str, cfg: ExplainConfig, max_new_tokens: int = 0) -> Explanation:
     """Explain every position of ``prompt`` (and of ``max_new_tokens`` generated tokens), under the run folder's
-    lock (an interrupted maintenance commit is completed first)."""
+    lock."""
     with run.locked():
         require(run, ("datastore", "teacher", "train"))
-        recover(run.dir, run.layout.maintenance)
         return Explainer(run, cfg).explain(prompt, max_new_tokens)
 
 

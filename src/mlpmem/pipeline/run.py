@@ -2,8 +2,9 @@
 
 Every stage is idempotent: rerun, it reuses what is complete and resumes what is not. A folder becomes a run
 folder only if it is new, empty or already mlpmem's (:func:`check_run_dir`); one command at a time writes it
-(:meth:`Run.locked`); ``config.yaml`` is written when a stage completes (:meth:`Run.write_config`), after it was
-checked against what the folder holds, and never over the user's own file.
+(:meth:`Run.locked`); opening it completes a maintenance commit a kill interrupted (:mod:`mlpmem.utils.commit`),
+so every command reads a whole run; ``config.yaml`` is written when a stage completes (:meth:`Run.write_config`),
+after it was checked against what the folder holds, and never over the user's own file.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from mlpmem.backbone import SHIPPED_MODELS, load_backbone
 from mlpmem.compute import compute_device
 from mlpmem.errors import ConfigError, MlpmemError
 from mlpmem.layout import RunLayout, is_written
+from mlpmem.utils.commit import is_pending, recover
 from mlpmem.utils.distributed import launched_rank
 from mlpmem.utils.lock import describe, folder_lock
 from mlpmem.utils.shards import atomic_write_bytes, read_json, write_json
@@ -93,6 +95,7 @@ class Run:
         self.config_file = None if config_file is None else Path(config_file)
         check_run_dir(self.dir)
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.recover()
         self._backbone = backbone
         self.key_donor: Run | None = None
         """Another run whose keystores this one's may share shards with (same backbone and key settings; see
@@ -109,6 +112,13 @@ class Run:
             except ValueError as exc:  # the hub client's validation of a name that is no folder
                 raise MlpmemError(f"cannot load backbone {name!r}: {str(exc).splitlines()[0]}") from None
         return self._backbone
+
+    def recover(self) -> bool:
+        """Complete, under the folder's lock, a maintenance commit a kill interrupted (True if there was one)."""
+        if not (self.is_main and is_pending(self.dir)):
+            return False
+        with self.locked():
+            return recover(self.dir)
 
     @contextlib.contextmanager
     def locked(self, command: str | None = None):
