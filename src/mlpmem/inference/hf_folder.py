@@ -1,5 +1,6 @@
 """The files of a saved memory-augmented model folder (see :mod:`mlpmem.inference.hf_model`): how the backbone is
-named, how the config, backbone and memory are read back, and what a save may replace."""
+named, how the config, backbone and memory are read back, and what a save may replace: only a folder whose every
+file the record of an earlier save (``mlpmem-files.json``) lists."""
 
 from __future__ import annotations
 
@@ -11,12 +12,17 @@ from mlpmem.backbone import load_backbone
 from mlpmem.compute import model_device
 from mlpmem.errors import ConfigError, CorruptArtifact, MlpmemError
 from mlpmem.inference.hf_config import MODEL_TYPE, MemoryAugmentedConfig
+from mlpmem.layout import RunLayout
 from mlpmem.memory import MLPMemory
 from mlpmem.memory.io import CONFIG_NAME
 from mlpmem.utils.checksums import verify_folder
+from mlpmem.utils.shards import read_json, write_json
 
 MEMORY_DIR = "memory"
 GATE_DIR = "gate"
+FILES = "mlpmem-files.json"
+"""The record of the files a save wrote (:func:`record_files`): the files a later save may replace."""
+FILES_FORMAT = "mlpmem.saved-files/1"
 
 
 def backbone_reference(backbone, name: str | None = None) -> str | None:
@@ -95,11 +101,35 @@ def single_device(device_map):
     return torch.device(device_map if not isinstance(device_map, int) else f"cuda:{device_map}")
 
 
+def own_files(folder: Path) -> list[str]:
+    """Every file under ``folder``, relative to it (what a save wrote, recorded in :data:`FILES`)."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() or p.is_symlink())
+
+
+def record_files(folder: Path) -> None:
+    """Record the files a save wrote in ``folder`` (written last: a folder without it is no finished save)."""
+    write_json(folder / FILES, {"format": FILES_FORMAT, "files": own_files(folder)})
+
+
+def foreign_files(folder: Path) -> list[str]:
+    """The files under ``folder`` that no save of a memory-augmented model wrote there: every one when it has no
+    record of its own files (:data:`FILES`), else those its record does not list."""
+    path = folder / FILES
+    record = read_json(path, "saved model's files") if path.is_file() else {}
+    listed = set(record.get("files", [])) if record.get("format") == FILES_FORMAT else set()
+    return [name for name in own_files(folder) if name != FILES and name not in listed]
+
+
 def check_replaceable(target: Path) -> None:
-    """Refuse to replace anything but a previous save (or an empty folder): the save replaces the folder whole."""
+    """Refuse to replace anything but an earlier save (by the record of its own files) or an empty folder: a save
+    replaces the folder whole, and a folder holding any file it did not write is not its to delete."""
     if not target.exists():
         return
     if not target.is_dir():
         raise ConfigError(f"cannot save to {target}: it exists and is not a folder")
-    if any(target.iterdir()) and not (target / MEMORY_DIR).is_dir():
-        raise ConfigError(f"refusing to replace {target}: it holds files and is not a saved memory-augmented model")
+    foreign = foreign_files(target)
+    if foreign:
+        what = "a run folder" if RunLayout(target).config.is_file() else "not a saved memory-augmented model"
+        listed = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise ConfigError(f"refusing to replace {target}: it is {what} and holds files a save did not write "
+                          f"({listed}): save to a new or empty folder")

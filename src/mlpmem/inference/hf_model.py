@@ -17,6 +17,7 @@ A saved folder::
       memory.sha256.json       the checksums of memory/'s files, checked when it loads
       gate/                    the learned gate, if any (gate.json + gate.safetensors, bound to the memory)
       backbone/                the backbone itself, only when saved with ``copy_backbone=True``
+      mlpmem-files.json        every file the save wrote (written last): a later save replaces nothing else
 
 Importing this module registers the ``mlpmem`` model type with ``AutoConfig`` and ``AutoModelForCausalLM``
 (as any package registers its own model type), so ``AutoModelForCausalLM.from_pretrained(folder)`` works
@@ -49,6 +50,7 @@ from mlpmem.inference.hf_folder import (
     load_folder_memory,
     load_named_backbone,
     read_config,
+    record_files,
     single_device,
     torch_dtype,
 )
@@ -225,7 +227,9 @@ class MemoryAugmentedForCausalLM(MixingHooks, BackboneWrapper, PreTrainedModel, 
         return loaded if device is None else loaded.to(device)
 
     def save_pretrained(self, save_directory, copy_backbone: bool = False, **kwargs) -> Path:
-        """Write the folder (see the module docstring) atomically: ``save_directory`` is replaced whole.
+        """Write the folder (see the module docstring) atomically: ``save_directory`` is replaced whole, so it must
+        be new, empty or an earlier save holding only the files that save recorded (a run folder, or a folder of the
+        user's files, is refused in one line).
 
         The backbone is saved by reference unless ``copy_backbone`` (then into ``backbone/``); other keyword
         arguments of transformers' ``save_pretrained`` are accepted and ignored.
@@ -258,6 +262,7 @@ class MemoryAugmentedForCausalLM(MixingHooks, BackboneWrapper, PreTrainedModel, 
             save_gate(self.gate, folder / GATE_DIR, self.memory)
         self.tokenizer.save_pretrained(folder)
         config.save_pretrained(folder)
+        record_files(folder)
 
 
 def _key_layer(backbone: nn.Module, memory: MLPMemory, key_layer: int | float | None) -> int:
