@@ -15,7 +15,7 @@ from mlpmem.inference.hf_config import MODEL_TYPE, MemoryAugmentedConfig
 from mlpmem.layout import RunLayout
 from mlpmem.memory import MLPMemory
 from mlpmem.memory.io import CONFIG_NAME
-from mlpmem.utils.checksums import verify_folder
+from mlpmem.utils.checksums import require_record
 from mlpmem.utils.shards import read_json, write_json
 
 MEMORY_DIR = "memory"
@@ -84,7 +84,8 @@ def load_folder_memory(folder: Path, model, tokenizer) -> MLPMemory:
     memory_dir = folder / MEMORY_DIR
     if not (memory_dir / CONFIG_NAME).is_file():
         raise CorruptArtifact(f"{folder} holds no memory: {memory_dir / CONFIG_NAME} is missing")
-    verify_folder(memory_dir, f"memory {memory_dir}")
+    require_record(memory_dir, f"memory {memory_dir}", "if these weights are the ones saved, record them with "
+                   f"`mlpmem record-checksums {folder}`; else save the model again")
     memory = MLPMemory.from_pretrained(memory_dir, model, tokenizer)
     return memory.to(model_device(model)).eval()
 
