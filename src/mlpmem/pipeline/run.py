@@ -50,6 +50,21 @@ def check_run_dir(path: Path) -> None:
                           "new folder")
 
 
+def check_config_home(config: str | Path, run_dir: str, overrides: list[str]) -> None:
+    """Refuse a run folder's own ``config.yaml`` whose ``run_dir`` names another folder (the folder was copied or
+    moved): the command would act on that other folder. ``--set run_dir=...`` says which folder, deliberately."""
+    path = Path(config)
+    folder = path.parent
+    if path.name != RunLayout(folder).config.name or any(o.startswith("run_dir=") for o in overrides):
+        return
+    if not (RunLayout(folder).lock.exists() or RunLayout(folder).record("train").parent.is_dir()):
+        return  # a config.yaml of the user's own, not a run folder's
+    if Path(run_dir).expanduser().resolve() != folder.resolve():
+        raise ConfigError(f"{path} is the configuration of the run folder {folder} but names run_dir {run_dir} "
+                          f"(the folder was copied or moved): act on {folder} with `--set run_dir={folder}`, or on "
+                          f"{run_dir} with its own config.yaml")
+
+
 def check_backbone_name(name: str) -> str:
     """``name`` if it can name a backbone: a shipped name, an existing model folder, or a hub name
     (``org/model``); a path to no folder is a one-line error instead of the hub client's "Repo id must be..."."""
