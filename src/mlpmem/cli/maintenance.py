@@ -54,8 +54,10 @@ def update(args: argparse.Namespace) -> None:
 
 
 def forget(args: argparse.Namespace) -> None:
+    wanted = args.docs.split(",") if args.docs else []
+    if not all(wanted):
+        raise MlpmemError(f"--docs {args.docs!r} holds an empty name (two commas, or one at an end)")
     run = open_run(args.run, args.backbone, args.quiet)
-    wanted = [w for w in (args.docs or "").split(",") if w]
     probes = read_probes(args.probes) if args.probes else None
     summary = forget_run(run, wanted, _config(args), abort=args.abort, probes=probes)
     if args.abort:

@@ -45,13 +45,6 @@ def torch_dtype(dtype) -> torch.dtype:
     return dtype
 
 
-def context_length(config) -> int | None:
-    for name in ("max_position_embeddings", "n_positions", "n_ctx"):
-        if getattr(config, name, None) is not None:
-            return int(getattr(config, name))
-    return None
-
-
 def read_config(folder: Path) -> MemoryAugmentedConfig:
     """The ``config.json`` of a saved folder, refused in one line if missing, unreadable or not an mlpmem one."""
     path = folder / "config.json"

@@ -46,7 +46,6 @@ from mlpmem.inference.hf_folder import (
     MEMORY_DIR,
     backbone_reference,
     check_replaceable,
-    context_length,
     load_folder_memory,
     load_named_backbone,
     read_config,
@@ -56,6 +55,7 @@ from mlpmem.inference.hf_folder import (
 )
 from mlpmem.inference.hooks import BackboneWrapper, MixingHooks
 from mlpmem.inference.mixing import check_lambda
+from mlpmem.inference.positions import check_positions, context_length
 from mlpmem.memory import MLPMemory
 from mlpmem.memory.io import CONFIG_NAME, WEIGHTS_NAME, save_memory, verify_backbone
 from mlpmem.utils.checksums import record_folder
@@ -196,8 +196,19 @@ class MemoryAugmentedForCausalLM(MixingHooks, BackboneWrapper, PreTrainedModel, 
         """The backbone's stock ``generate`` on the mixed distribution (every decoding strategy, KV cache)."""
         if inputs is not None:
             kwargs["inputs"] = inputs
+        self._check_positions(kwargs)
         with self.active():
             return self.backbone.generate(**kwargs)
+
+    def _check_positions(self, kwargs: dict) -> None:
+        """Refuse a generation whose prompt and new tokens would not fit in the backbone's positions."""
+        ids = kwargs.get("input_ids", kwargs.get("inputs"))
+        if not torch.is_tensor(ids):
+            return
+        new = kwargs.get("max_new_tokens", self.generation_config.max_new_tokens)
+        if new is None:
+            new = max(0, kwargs.get("max_length", self.generation_config.max_length or 0) - ids.shape[-1])
+        check_positions(self.backbone.config, int(ids.shape[-1]), int(new))
 
     # -- loading and saving
 

@@ -33,6 +33,7 @@ from mlpmem.datastore import KeyStore
 from mlpmem.errors import MlpmemError
 from mlpmem.index import IndexConfig, open_or_build
 from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
+from mlpmem.inference.positions import check_positions
 from mlpmem.maintenance.config import ExplainConfig
 from mlpmem.maintenance.documents import Holdings
 from mlpmem.maintenance.finetune import load_memory
@@ -122,6 +123,7 @@ def sequence(run: Run, memory, prompt: str, max_new_tokens: int, lam: float) -> 
     if not ids:
         raise MlpmemError("--prompt encodes to no token with this tokenizer: give some text")
     given = torch.tensor([[doc_start_token(tokenizer), *ids]], device=model_device(model))
+    check_positions(model.config, given.shape[1], max_new_tokens)
     if max_new_tokens < 1:
         return given, given.shape[1]
     mixed = MemoryAugmentedForCausalLM.from_parts(model, memory, lam=lam, tokenizer=tokenizer)
