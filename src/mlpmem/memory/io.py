@@ -45,7 +45,7 @@ def save_memory(memory: nn.Module, directory: str | os.PathLike) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        with writing(tmp):  # a full disk: a one-line DiskFull, the previous memory intact
+        with writing(tmp, target):  # a full disk: a one-line DiskFull, the previous memory intact
             save_file(state_to_save(memory), str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
             (tmp / CONFIG_NAME).write_text(json.dumps(memory.config.to_dict(), indent=2, sort_keys=True) + "\n")
             for name in (WEIGHTS_NAME, CONFIG_NAME):

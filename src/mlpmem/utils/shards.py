@@ -51,16 +51,16 @@ class DiskFull(MlpmemError):
 
 
 @contextlib.contextmanager
-def writing(tmp: Path):
-    """Write ``tmp`` (a file or a folder); on any failure remove it, and turn a full disk into a one-line
-    :class:`DiskFull`."""
+def writing(tmp: Path, final: Path | None = None):
+    """Write ``tmp`` (a file or a folder, to become ``final``: by default the name :func:`temporary` made it from);
+    on any failure remove it, and turn a full disk into a one-line :class:`DiskFull` naming ``final``."""
     try:
         yield
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
         cause = full_disk_cause(exc)
         if cause is not None:
-            raise DiskFull(f"disk full while writing {committed(tmp)} "
+            raise DiskFull(f"disk full while writing {final or committed(tmp)} "
                            f"({cause}): free space and rerun, finished work is kept") from None
         raise
 
