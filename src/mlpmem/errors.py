@@ -31,6 +31,10 @@ class StaleArtifact(MlpmemError):
     """A stage's artifact was built under other settings than the configuration asks for now."""
 
 
+class ReadOnlyFolder(MlpmemError):
+    """A folder mlpmem must write cannot be written (a read-only file system, no permission)."""
+
+
 class RunBusy(MlpmemError):
     """Another live process holds the run folder's lock."""
 

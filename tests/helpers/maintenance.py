@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 from helpers.corpus import corpus_text
@@ -31,3 +32,22 @@ def state(folder: Path) -> dict[str, str]:
     return {"datastore": digest(folder / "datastore" / "manifest.json"),
             "teacher": digest(folder / "teacher" / "manifest.json"),
             "memory": digest(folder / "memory" / "model.safetensors")}
+
+
+def committed_state(folder: Path) -> dict:
+    """What a maintenance operation leaves once committed: :func:`state`, the memory's checksum record, the
+    documents the run holds and the operations (kind, documents), the files of the datastore and the teacher; and
+    nothing half-done (no staging folder, no folder swapped out)."""
+    ledger = json.loads((folder / "maintenance" / "manifest.json").read_text())
+    leftovers = sorted(p.name for p in folder.rglob("*") if p.name.endswith((".old-maintenance", ".tmp")))
+    return {**state(folder), "checksums": digest(folder / "memory.sha256.json"),
+            "documents": [d["id"] for d in ledger["documents"]],
+            "operations": [(op["kind"], op["documents"]) for op in ledger["operations"]],
+            "files": sorted(p.name for sub in ("datastore", "teacher") for p in (folder / sub).iterdir()),
+            "pending": (folder / "maintenance" / "pending").exists(), "leftovers": leftovers}
+
+
+def tree_digest(folder: Path) -> dict[str, str]:
+    """The sha256 of every file under ``folder`` but its lock: what a refused command must leave as it was."""
+    return {str(p.relative_to(folder)): digest(p) for p in sorted(Path(folder).rglob("*"))
+            if p.is_file() and p.name != ".lock"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -31,15 +32,20 @@ def corpus_of(run: Path) -> Path:
     return run.parent / "corpus"
 
 
-def copy_run(run: Path, folder: Path) -> Path:
+def copy_run(run: Path, folder: Path, link_shards: bool = False) -> Path:
     """A copy of ``run`` in ``folder`` (a test that changes a run works on its copy), its ``config.yaml`` naming the
-    copy as its run folder, so that commands given that file work on the copy."""
-    shutil.copytree(run, folder)
+    copy as its run folder, so that commands given that file work on the copy. ``link_shards``: the ``.npy`` files
+    hard-linked, not copied (mlpmem never writes one in place: it writes a temporary and renames it)."""
+    shutil.copytree(run, folder, copy_function=_link_shards if link_shards else shutil.copy2)
     config = folder / "config.yaml"
     if config.is_file():
         config.write_text(yaml.safe_dump({**yaml.safe_load(config.read_text()), "run_dir": str(folder)},
                                          sort_keys=False))
     return folder
+
+
+def _link_shards(src: str, dst: str) -> None:
+    os.link(src, dst) if src.endswith(".npy") else shutil.copy2(src, dst)
 
 
 def tree_state(folder: Path) -> dict[str, tuple[int, int]]:

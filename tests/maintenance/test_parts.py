@@ -12,9 +12,10 @@ from mlpmem.errors import ConfigError, MlpmemError
 from mlpmem.maintenance.documents import Holdings, doc_id, read_new_documents
 from mlpmem.maintenance.finetune import replay_rows, replay_sample, widen_head
 from mlpmem.maintenance.targets import fold_label, pure_label, restrict_to_head
-from mlpmem.maintenance.transaction import Pending, recover
+from mlpmem.maintenance.transaction import Pending
 from mlpmem.memory import MLPMemory, tie_to_backbone
 from mlpmem.training.loss import sparse_hybrid_loss
+from mlpmem.utils.commit import recover
 
 
 def test_the_folded_label_has_the_hybrid_losss_gradient():
@@ -95,7 +96,7 @@ def test_a_commit_is_completed_after_a_kill(tmp_path):
     (run / "memory").mkdir(parents=True)
     (run / "memory" / "w").write_text("old")
     (run / "manifest.json").write_text("old")
-    pending = Pending(run, run / "maintenance")
+    pending = Pending(run)
     assert pending.start({"kind": "update"}, "mlpmem update RUN") is False
     assert pending.start({"kind": "update"}, "mlpmem update RUN") is True
     with pytest.raises(MlpmemError, match="unfinished update"):
@@ -108,7 +109,7 @@ def test_a_commit_is_completed_after_a_kill(tmp_path):
                    [run / "stale"])
     assert (run / "manifest.json").read_text() == "new" and (run / "memory" / "w").read_text() == "new"
     assert not (run / "stale").exists() and not pending.root.exists()
-    assert recover(run, run / "maintenance") is False
+    assert recover(run) is False
 
 
 def test_replay_rows_once_or_a_share_per_epoch():

@@ -107,7 +107,7 @@ def test_a_killed_update_leaves_the_run_and_a_rerun_completes(run_dir, tmp_path,
 
 
 def test_a_kill_during_the_commit_is_completed_by_the_next_command(run_dir, tmp_path, monkeypatch):
-    import mlpmem.maintenance.transaction as transaction
+    import mlpmem.utils.commit as transaction
 
     calls = {"n": 0}
     real = transaction._move

@@ -10,7 +10,7 @@ from mlpmem.errors import MlpmemError
 from mlpmem.pipeline import require
 from mlpmem.pipeline.config import PipelineConfig
 from mlpmem.pipeline.gate import Measure, gate_with_report
-from mlpmem.pipeline.run import Run
+from mlpmem.pipeline.run import Run, check_config_home
 from mlpmem.utils.runtime import set_threads
 
 
@@ -23,7 +23,9 @@ def gate(args: argparse.Namespace) -> None:
 def gate_measured(args: argparse.Namespace, measure: Measure | None = None) -> dict:
     """:func:`gate` with ``measure``'s fields added to the gate's entry (see :func:`mlpmem.pipeline.gate.stage_gate`);
     returns the entry."""
-    run = Run(PipelineConfig.from_yaml(args.config, args.set), progress=not args.quiet, config_file=args.config)
+    cfg = PipelineConfig.from_yaml(args.config, args.set)
+    check_config_home(args.config, cfg.run_dir, args.set)
+    run = Run(cfg, progress=not args.quiet, config_file=args.config)
     require(run, ("train", "eval"))
     set_threads()
     name = args.name or run.dir.name

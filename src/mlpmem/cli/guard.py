@@ -1,6 +1,7 @@
 """The CLI's guard: every failure is one line on stderr and an exit status that says which kind.
 
-An :class:`~mlpmem.errors.MlpmemError` is the user's to fix and already names its cause. Anything else is
+An :class:`~mlpmem.errors.MlpmemError` is the user's to fix and already names its cause; so is a limit of the
+machine (a folder that cannot be written, a full disk: :func:`machine_limit`), exit 2 too. Anything else is
 unexpected (a bug, or a failure mlpmem does not yet explain): the line says what failed, where (the innermost
 frame of mlpmem's own code), and how to get the full traceback (``--debug``).
 """
@@ -10,9 +11,24 @@ from __future__ import annotations
 import os
 import traceback
 
+from mlpmem.utils.limits import full_disk_cause, unwritable_cause
+
 EXIT_CODES = {"ok": 0, "unexpected": 1, "error": 2, "busy": 3, "interrupted": 130}
 """0 done; 1 an unexpected failure (a bug: rerun with --debug and report it); 2 a usage, configuration, input or
 artifact error; 3 the run folder is locked by another live command; 130 interrupted (Ctrl-C)."""
+
+
+def machine_limit(exc: BaseException) -> str | None:
+    """The one line of a failure that is the machine's, not mlpmem's (a read-only folder, no permission, a full
+    disk) when a writer did not already name it; None for any other failure."""
+    if unwritable_cause(exc) is not None:
+        return (f"cannot write {exc.filename or 'a file'} ({unwritable_cause(exc)}): give its folder write access, "
+                "or work on a copy in a writable place")
+    cause = full_disk_cause(exc)
+    if cause is not None:
+        where = getattr(exc, "filename", None) or "a file"
+        return f"disk full while writing {where} ({cause}): free space and rerun, finished work is kept"
+    return None
 
 
 def one_line(message: str) -> str:

@@ -11,6 +11,7 @@ to ``--output DIR/<method>.json``.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def lm_eval(args: argparse.Namespace) -> None:
@@ -18,7 +19,7 @@ def lm_eval(args: argparse.Namespace) -> None:
     table, write ``--output``."""
     from mlpmem.evaluation.harness import evaluate, results_table, write_results
 
-    tasks = [t for t in args.tasks.split(",") if t]
+    tasks = check_arguments(args)
     models = _one_pass(args) if args.methods else {None: args.model}
     for method, model in models.items():
         results = evaluate(tasks, model, args.model_args or "", include_path=args.include_path,
@@ -30,6 +31,40 @@ def lm_eval(args: argparse.Namespace) -> None:
             print(f"results: {write_results(results, path)}")
 
 
+def check_arguments(args: argparse.Namespace) -> list[str]:
+    """The task names of ``--tasks``, once ``--tasks``, ``--methods``, ``--limit`` and ``--output`` are checked (before
+    any model loads or any item is scored): each a one-line :class:`~mlpmem.errors.ConfigError`."""
+    from mlpmem.errors import ConfigError
+
+    tasks = names(args.tasks, "--tasks", "lm-eval task names")
+    if args.methods is not None:
+        names(args.methods, "--methods", "methods")
+    if args.limit is not None and not (0 < args.limit < 1 or (args.limit >= 1 and args.limit == int(args.limit))):
+        raise ConfigError(f"--limit must be a fraction of the items in (0, 1) or a whole number of items >= 1, got "
+                          f"{args.limit:g}")
+    output = Path(args.output) if args.output else None
+    if output is not None and args.methods and output.exists() and not output.is_dir():
+        raise ConfigError(f"--output {output} is a file: with --methods it is a folder that gets one <method>.json "
+                          "per method")
+    if output is not None and not args.methods and output.is_dir():
+        raise ConfigError(f"--output {output} is a folder: give the path of the JSON file to write (a folder is "
+                          "--output with --methods)")
+    return tasks
+
+
+def names(text: str, option: str, what: str) -> list[str]:
+    """The comma-separated names of ``option``, each exactly as given: an empty list or an empty name (two commas,
+    a comma at an end) is refused."""
+    from mlpmem.errors import ConfigError
+
+    items = text.split(",")
+    if not text.strip():
+        raise ConfigError(f"{option} is empty: give comma-separated {what}")
+    if not all(item.strip() for item in items):
+        raise ConfigError(f"{option} {text!r} holds an empty name (two commas, or one at an end)")
+    return items
+
+
 def _one_pass(args: argparse.Namespace) -> dict:
     """``{method: OnePassLM}`` of ``--methods``, each with the ``--model-args`` it reads (run=, lam=...)."""
     from lm_eval.utils import simple_parse_args_string
@@ -38,7 +73,7 @@ def _one_pass(args: argparse.Namespace) -> dict:
     from mlpmem.evaluation.methods import OPTIONS
     from mlpmem.evaluation.one_pass import ONE_PASS_METHODS, OnePass
 
-    methods = [m for m in args.methods.split(",") if m]
+    methods = args.methods.split(",")
     if args.model != "mlpmem" or set(methods) - set(ONE_PASS_METHODS) or len(set(methods)) != len(methods):
         raise ConfigError(f"--methods takes distinct methods among {', '.join(ONE_PASS_METHODS)} of the mlpmem "
                           f"model type, got {args.methods!r}")

@@ -54,15 +54,21 @@ def update(args: argparse.Namespace) -> None:
 
 
 def forget(args: argparse.Namespace) -> None:
+    wanted = args.docs.split(",") if args.docs else []
+    if not all(wanted):
+        raise MlpmemError(f"--docs {args.docs!r} holds an empty name (two commas, or one at an end)")
     run = open_run(args.run, args.backbone, args.quiet)
-    wanted = [w for w in (args.docs or "").split(",") if w]
     probes = read_probes(args.probes) if args.probes else None
     summary = forget_run(run, wanted, _config(args), abort=args.abort, probes=probes)
     if args.abort:
         print("discarded the unfinished operation" if summary["discarded"] else "nothing to discard")
         return
+    if not summary["changed"]:
+        print(f"nothing to forget: {summary['skipped']} document(s) already forgotten, skipped; the run is unchanged")
+        return
+    skipped = f", {summary['skipped']} skipped as already forgotten" if summary["skipped"] else ""
     print(f"forgot {summary['forgotten']} document(s) ({summary['rows_removed']} positions, "
-          f"{summary['teacher_shards_refreshed']} teacher shard(s) recomputed) in {summary['seconds']:.1f} s; "
+          f"{summary['teacher_shards_refreshed']} teacher shard(s) recomputed{skipped}) in {summary['seconds']:.1f} s; "
           f"fine-tuned {summary['tune_steps']} steps on {summary['tune_rows']} rows"
           + (f" ({summary['probes']} probe prompt(s))" if summary.get("probes") else ""))
 

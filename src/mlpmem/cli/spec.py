@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from mlpmem.cli.guard import EXIT_CODES, one_line, unexpected
+from mlpmem.cli.guard import EXIT_CODES, machine_limit, one_line, unexpected
 from mlpmem.errors import MlpmemError
 
 
@@ -216,6 +216,7 @@ def run(program: Program, argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the guard: any other failure is one line too, unless --debug
         if debug:
             raise
-        print(f"{program.name}: error: {unexpected(exc, words)}", file=sys.stderr)
-        return EXIT_CODES["unexpected"]
+        limit = machine_limit(exc)
+        print(f"{program.name}: error: {limit or unexpected(exc, words)}", file=sys.stderr)
+        return EXIT_CODES["error" if limit else "unexpected"]
     return 0

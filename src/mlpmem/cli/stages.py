@@ -18,7 +18,7 @@ from mlpmem.pipeline.config import PipelineConfig
 from mlpmem.pipeline.evaluate import load_memory
 from mlpmem.pipeline.preflight import preflight
 from mlpmem.pipeline.reuse import reuse_stages
-from mlpmem.pipeline.run import Run
+from mlpmem.pipeline.run import Run, check_config_home
 from mlpmem.reporting.run_report import (
     distribution_table,
     knnlm_summary,
@@ -32,7 +32,9 @@ RESULTS = "run results (run `mlpmem eval` first)"
 
 
 def _run(args: argparse.Namespace) -> Run:
-    return Run(PipelineConfig.from_yaml(args.config, args.set), progress=not args.quiet, config_file=args.config)
+    cfg = PipelineConfig.from_yaml(args.config, args.set)
+    check_config_home(args.config, cfg.run_dir, args.set)
+    return Run(cfg, progress=not args.quiet, config_file=args.config)
 
 
 def _print_results(run: Run, results: dict) -> None:

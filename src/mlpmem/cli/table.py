@@ -74,6 +74,9 @@ PIPELINE = [
         Arg("runs", nargs="+", help="run folders"),
         Arg("--out", help="also write the table to this Markdown file"),
         Arg("--copy-reports", metavar="DIR", help="copy each run's report.md and figures to DIR/<run>/"))),
+    Command("record-checksums", "", "mlpmem.cli.checksums:record_checksums",
+            "record the missing checksums of a memory you know is right",
+            (Arg("folder", help="a run folder or a saved memory-augmented model"),)),
     Command("gate", "", "mlpmem.cli.gate:gate",
             "train a run's learned mixing gate λ_t and compare it with the fixed λ", (
                 *RUN,

@@ -1,4 +1,5 @@
-"""The pipeline's commands that load no model: the shipped corpora, and one table over finished runs."""
+"""The pipeline's commands that load no model: the shipped corpora, and one table over finished runs (every number
+checked against the artifacts it describes)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from pathlib import Path
 from mlpmem.corpora import CORPORA, prepare
 from mlpmem.errors import MlpmemError
 from mlpmem.layout import RunLayout
+from mlpmem.pipeline.records import check_shown
 from mlpmem.reporting.run_report import summary_table, sweep_table
+from mlpmem.utils.commit import is_pending, recover
+from mlpmem.utils.lock import folder_lock
 from mlpmem.utils.shards import read_json
 
 
@@ -29,6 +33,10 @@ def summarize(args: argparse.Namespace) -> None:
             raise MlpmemError(f"{run_dir} is not a run folder ({'a file' if run_dir.exists() else 'not found'})")
         if not RunLayout(run_dir).knnlm_results.is_file():
             raise MlpmemError(f"{run_dir} holds no finished run (no knnlm/results.json): run `mlpmem run` on it first")
+        if is_pending(run_dir):
+            with folder_lock(run_dir, args.command_line):
+                recover(run_dir)
+        check_shown(RunLayout(run_dir))
     table = summary_table(args.runs)
     print(table)
     if args.out:

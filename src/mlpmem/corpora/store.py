@@ -78,13 +78,20 @@ def is_prepared(folder: Path, settings: dict, source_sha256: str | None) -> bool
 
 
 def check_replaceable(out_dir: Path) -> None:
-    """Refuse to overwrite a folder that exists and is not a prepared corpus (it may hold someone's files)."""
+    """Refuse to overwrite a folder that exists and holds anything but a prepared corpus's own files (its
+    ``meta.json`` and the split files it lists): the folder is replaced whole."""
     if not out_dir.exists():
         return
     if not out_dir.is_dir():
         raise ConfigError(f"output folder {out_dir} exists and is not a folder")
-    if any(out_dir.iterdir()) and read_meta(out_dir) is None:
+    meta = read_meta(out_dir) or {}
+    own = {"meta.json", *(s.get("file") for s in meta.get("splits", {}).values() if isinstance(s, dict))}
+    foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in own or not p.is_file())
+    if foreign and not meta:
         raise ConfigError(f"output folder {out_dir} exists and is not a prepared corpus; refusing to replace it")
+    if foreign:
+        raise ConfigError(f"output folder {out_dir} holds files the prepared corpus did not write "
+                          f"({', '.join(foreign[:3])}); refusing to replace it")
 
 
 def _write_split(folder: Path, split: str, docs: list[dict], extra_doc_fields: Iterable[str]) -> dict:

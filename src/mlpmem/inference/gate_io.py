@@ -25,7 +25,7 @@ from mlpmem.inference.gate import FEATURE_VERSION, FEATURES, Gate, GateConfig
 from mlpmem.memory import MLPMemory
 from mlpmem.memory.io import state_to_save
 from mlpmem.utils.checksums import check_finite
-from mlpmem.utils.shards import read_json, sha256_file, temporary, write_json
+from mlpmem.utils.shards import read_json, sha256_file, temporary, write_json, writing
 
 FORMAT = "mlpmem.gate/1"
 GATE_CONFIG = "gate.json"
@@ -49,7 +49,8 @@ def save_gate(gate: Gate, directory: str | os.PathLike, memory: MLPMemory, extra
     weights = directory / GATE_WEIGHTS
     tmp = temporary(weights)
     state = {k: v.detach().to("cpu").contiguous() for k, v in gate.state_dict().items()}
-    save_file(state, str(tmp), metadata={"format": "pt"})
+    with writing(tmp):
+        save_file(state, str(tmp), metadata={"format": "pt"})
     os.replace(tmp, weights)
     write_json(directory / GATE_CONFIG, {
         "format": FORMAT,

@@ -1,5 +1,6 @@
 """The files of a saved memory-augmented model folder (see :mod:`mlpmem.inference.hf_model`): how the backbone is
-named, how the config, backbone and memory are read back, and what a save may replace."""
+named, how the config, backbone and memory are read back, and what a save may replace: only a folder whose every
+file the record of an earlier save (``mlpmem-files.json``) lists."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from mlpmem.backbone import load_backbone
 from mlpmem.compute import model_device
 from mlpmem.errors import ConfigError, CorruptArtifact, MlpmemError
 from mlpmem.inference.hf_config import MODEL_TYPE, MemoryAugmentedConfig
+from mlpmem.layout import RunLayout
 from mlpmem.memory import MLPMemory
 from mlpmem.memory.io import CONFIG_NAME
-from mlpmem.utils.checksums import verify_folder
+from mlpmem.utils.checksums import require_record
+from mlpmem.utils.shards import read_json, write_json
 
 MEMORY_DIR = "memory"
 GATE_DIR = "gate"
@@ -34,6 +37,9 @@ from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 
 __all__ = ["MemoryAugmentedConfig", "MemoryAugmentedForCausalLM"]
 '''
+FILES = "mlpmem-files.json"
+"""The record of the files a save wrote (:func:`record_files`): the files a later save may replace."""
+FILES_FORMAT = "mlpmem.saved-files/1"
 
 
 def backbone_reference(backbone, name: str | None = None) -> str | None:
@@ -54,13 +60,6 @@ def torch_dtype(dtype) -> torch.dtype:
     if not isinstance(dtype, torch.dtype):
         raise ConfigError(f"dtype must be a torch dtype or its name, got {dtype!r}")
     return dtype
-
-
-def context_length(config) -> int | None:
-    for name in ("max_position_embeddings", "n_positions", "n_ctx"):
-        if getattr(config, name, None) is not None:
-            return int(getattr(config, name))
-    return None
 
 
 def read_config(folder: Path) -> MemoryAugmentedConfig:
@@ -95,7 +94,8 @@ def load_folder_memory(folder: Path, model, tokenizer) -> MLPMemory:
     memory_dir = folder / MEMORY_DIR
     if not (memory_dir / CONFIG_NAME).is_file():
         raise CorruptArtifact(f"{folder} holds no memory: {memory_dir / CONFIG_NAME} is missing")
-    verify_folder(memory_dir, f"memory {memory_dir}")
+    require_record(memory_dir, f"memory {memory_dir}", "if these weights are the ones saved, record them with "
+                   f"`mlpmem record-checksums {folder}`; else save the model again")
     memory = MLPMemory.from_pretrained(memory_dir, model, tokenizer)
     return memory.to(model_device(model)).eval()
 
@@ -123,11 +123,35 @@ def write_remote_code(folder: Path, config: MemoryAugmentedConfig) -> None:
     config._auto_class = None  # a remote-code load marks the class: transformers would copy hf_config.py here
 
 
+def own_files(folder: Path) -> list[str]:
+    """Every file under ``folder``, relative to it (what a save wrote, recorded in :data:`FILES`)."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() or p.is_symlink())
+
+
+def record_files(folder: Path) -> None:
+    """Record the files a save wrote in ``folder`` (written last: a folder without it is no finished save)."""
+    write_json(folder / FILES, {"format": FILES_FORMAT, "files": own_files(folder)})
+
+
+def foreign_files(folder: Path) -> list[str]:
+    """The files under ``folder`` that no save of a memory-augmented model wrote there: every one when it has no
+    record of its own files (:data:`FILES`), else those its record does not list."""
+    path = folder / FILES
+    record = read_json(path, "saved model's files") if path.is_file() else {}
+    listed = set(record.get("files", [])) if record.get("format") == FILES_FORMAT else set()
+    return [name for name in own_files(folder) if name != FILES and name not in listed]
+
+
 def check_replaceable(target: Path) -> None:
-    """Refuse to replace anything but a previous save (or an empty folder): the save replaces the folder whole."""
+    """Refuse to replace anything but an earlier save (by the record of its own files) or an empty folder: a save
+    replaces the folder whole, and a folder holding any file it did not write is not its to delete."""
     if not target.exists():
         return
     if not target.is_dir():
         raise ConfigError(f"cannot save to {target}: it exists and is not a folder")
-    if any(target.iterdir()) and not (target / MEMORY_DIR).is_dir():
-        raise ConfigError(f"refusing to replace {target}: it holds files and is not a saved memory-augmented model")
+    foreign = foreign_files(target)
+    if foreign:
+        what = "a run folder" if RunLayout(target).config.is_file() else "not a saved memory-augmented model"
+        listed = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise ConfigError(f"refusing to replace {target}: it is {what} and holds files a save did not write "
+                          f"({listed}): save to a new or empty folder")

@@ -19,6 +19,7 @@ A saved folder::
       memory.sha256.json       the checksums of memory/'s files, checked when it loads
       gate/                    the learned gate, if any (gate.json + gate.safetensors, bound to the memory)
       backbone/                the backbone itself, only when saved with ``copy_backbone=True``
+      mlpmem-files.json        every file the save wrote (written last): a later save replaces nothing else
 
 Importing this module registers the ``mlpmem`` model type with ``AutoConfig`` and ``AutoModelForCausalLM``
 (as any package registers its own model type), so ``AutoModelForCausalLM.from_pretrained(folder)`` works
@@ -50,16 +51,17 @@ from mlpmem.inference.hf_folder import (
     MEMORY_DIR,
     backbone_reference,
     check_replaceable,
-    context_length,
     load_folder_memory,
     load_named_backbone,
     read_config,
+    record_files,
     single_device,
     torch_dtype,
     write_remote_code,
 )
 from mlpmem.inference.hooks import BackboneWrapper, MixingHooks
 from mlpmem.inference.mixing import check_lambda
+from mlpmem.inference.positions import check_positions, context_length
 from mlpmem.memory import MLPMemory
 from mlpmem.memory.io import CONFIG_NAME, WEIGHTS_NAME, save_memory, verify_backbone
 from mlpmem.utils.checksums import record_folder
@@ -200,8 +202,19 @@ class MemoryAugmentedForCausalLM(MixingHooks, BackboneWrapper, PreTrainedModel, 
         """The backbone's stock ``generate`` on the mixed distribution (every decoding strategy, KV cache)."""
         if inputs is not None:
             kwargs["inputs"] = inputs
+        self._check_positions(kwargs)
         with self.active():
             return self.backbone.generate(**kwargs)
+
+    def _check_positions(self, kwargs: dict) -> None:
+        """Refuse a generation whose prompt and new tokens would not fit in the backbone's positions."""
+        ids = kwargs.get("input_ids", kwargs.get("inputs"))
+        if not torch.is_tensor(ids):
+            return
+        new = kwargs.get("max_new_tokens", self.generation_config.max_new_tokens)
+        if new is None:
+            new = max(0, kwargs.get("max_length", self.generation_config.max_length or 0) - ids.shape[-1])
+        check_positions(self.backbone.config, int(ids.shape[-1]), int(new))
 
     # -- loading and saving
 
@@ -231,7 +244,9 @@ class MemoryAugmentedForCausalLM(MixingHooks, BackboneWrapper, PreTrainedModel, 
         return loaded if device is None else loaded.to(device)
 
     def save_pretrained(self, save_directory, copy_backbone: bool = False, **kwargs) -> Path:
-        """Write the folder (see the module docstring) atomically: ``save_directory`` is replaced whole.
+        """Write the folder (see the module docstring) atomically: ``save_directory`` is replaced whole, so it must
+        be new, empty or an earlier save holding only the files that save recorded (a run folder, or a folder of the
+        user's files, is refused in one line).
 
         The backbone is saved by reference unless ``copy_backbone`` (then into ``backbone/``); other keyword
         arguments of transformers' ``save_pretrained`` are accepted and ignored.
@@ -265,6 +280,7 @@ class MemoryAugmentedForCausalLM(MixingHooks, BackboneWrapper, PreTrainedModel, 
         self.tokenizer.save_pretrained(folder)
         write_remote_code(folder, config)
         config.save_pretrained(folder)
+        record_files(folder)
 
 
 def _key_layer(backbone: nn.Module, memory: MLPMemory, key_layer: int | float | None) -> int:

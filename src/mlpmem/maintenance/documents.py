@@ -101,6 +101,10 @@ class Holdings:
     def ids(self) -> set[str]:
         return {d["id"] for d in self.documents}
 
+    def keys(self) -> set[str]:
+        """Every id and name a document held can be given by."""
+        return self.ids() | {d["name"] for d in self.documents}
+
     def find(self, wanted: list[str]) -> list[int]:
         """The indices of the documents named by ``wanted`` (ids or names; every document of that id or name);
         an unknown one is a one-line error."""

@@ -33,11 +33,11 @@ from mlpmem.datastore import KeyStore
 from mlpmem.errors import MlpmemError
 from mlpmem.index import IndexConfig, open_or_build
 from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
+from mlpmem.inference.positions import check_positions
 from mlpmem.maintenance.config import ExplainConfig
 from mlpmem.maintenance.documents import Holdings
 from mlpmem.maintenance.finetune import load_memory
 from mlpmem.maintenance.ledger import holdings, load_ledger
-from mlpmem.maintenance.transaction import recover
 from mlpmem.pipeline import records, require
 from mlpmem.pipeline.run import Run
 from mlpmem.teacher import TeacherStore, exclude_and_weight
@@ -123,6 +123,7 @@ def sequence(run: Run, memory, prompt: str, max_new_tokens: int, lam: float) -> 
     if not ids:
         raise MlpmemError("--prompt encodes to no token with this tokenizer: give some text")
     given = torch.tensor([[doc_start_token(tokenizer), *ids]], device=model_device(model))
+    check_positions(model.config, given.shape[1], max_new_tokens)
     if max_new_tokens < 1:
         return given, given.shape[1]
     mixed = MemoryAugmentedForCausalLM.from_parts(model, memory, lam=lam, tokenizer=tokenizer)
@@ -216,10 +217,9 @@ class Explainer:
 
 def explain_run(run: Run, prompt: str, cfg: ExplainConfig, max_new_tokens: int = 0) -> Explanation:
     """Explain every position of ``prompt`` (and of ``max_new_tokens`` generated tokens), under the run folder's
-    lock (an interrupted maintenance commit is completed first)."""
+    lock."""
     with run.locked():
         require(run, ("datastore", "teacher", "train"))
-        recover(run.dir, run.layout.maintenance)
         return Explainer(run, cfg).explain(prompt, max_new_tokens)
 
 

@@ -29,7 +29,7 @@ from mlpmem.errors import MlpmemError
 from mlpmem.maintenance.config import MaintenanceConfig
 from mlpmem.maintenance.documents import Holdings, texts_of
 from mlpmem.maintenance.finetune import TuneSet, load_memory, replay_rows, save_staged_memory, tune
-from mlpmem.maintenance.ledger import next_seq, operation
+from mlpmem.maintenance.ledger import forgotten, next_seq, operation
 from mlpmem.maintenance.operation import (
     Operation,
     commit,
@@ -68,7 +68,11 @@ def forget_run(run: Run, wanted: list[str], cfg: MaintenanceConfig, abort: bool 
             raise MlpmemError("no document to forget: give --docs ID[,ID...]")
         t0 = time.perf_counter()
         held = op.held
-        drop = held.find(wanted)
+        left, skipped = still_held(op, wanted)
+        if not left:
+            return {"forgotten": 0, "skipped": skipped, "changed": False}
+        drop = held.find(left)
+        gone = _forgotten_rows(op, held, drop)  # refused before anything is staged
         seq = next_seq(op.ledger)
         ids = [held.documents[j]["id"] for j in drop]
         plan = {"kind": "forget", "seq": seq, "datastore": op.ledger["datastore"], "documents": drop,
@@ -76,18 +80,26 @@ def forget_run(run: Run, wanted: list[str], cfg: MaintenanceConfig, abort: bool 
         if probes:
             plan["probes"] = probes_digest(probes)
         resumed = op.pending.start(plan, COMMAND)
-        summary = _forget(op, held, drop, cfg, seq, f"forget-{seq}-{ids[0]}", probes or [])
+        summary = _forget(op, held, drop, gone, cfg, seq, f"forget-{seq}-{ids[0]}", probes or [])
         entry = operation("forget", seq, ids, summary["counts"], time.perf_counter() - t0, summary["memory_sha"],
-                          config=plan["config"])
+                          config=plan["config"], names=[held.documents[j]["name"] for j in drop])
         commit(op, summary["datastore"], summary["teacher"], summary["documents"], entry, summary["moves"],
                summary["deletes"])
-    return {"forgotten": len(drop), "resumed": resumed, "seq": seq, "seconds": time.perf_counter() - t0,
-            **summary["counts"]}
+    return {"forgotten": len(drop), "skipped": skipped, "changed": True, "resumed": resumed, "seq": seq,
+            "seconds": time.perf_counter() - t0, **summary["counts"]}
 
 
-def _forget(op: Operation, held: Holdings, drop: list[int], cfg: MaintenanceConfig, seq: int, plan_id: str,
-            probes: list[str]) -> dict:
-    gone = _forgotten_rows(op, held, drop)
+def still_held(op: Operation, wanted: list[str]) -> tuple[list[str], int]:
+    """The ids or names of ``wanted`` to forget, and how many others an earlier forget already removed (skipped
+    and counted, as an update skips the documents a run holds; so a forget killed after its commit reruns to the
+    same end). Any other name is left in, for :meth:`Holdings.find` to refuse."""
+    held, gone = op.held.keys(), forgotten(op.ledger)
+    left = [w for w in wanted if w in held or w not in gone]
+    return left, len(wanted) - len(left)
+
+
+def _forget(op: Operation, held: Holdings, drop: list[int], gone: np.ndarray, cfg: MaintenanceConfig, seq: int,
+            plan_id: str, probes: list[str]) -> dict:
     old_ds, old_teacher = op.live_datastore(), op.live_teacher()
     used = used_numbers([op.store.path, op.teacher.path], [op.store.manifest, op.teacher.manifest])
     # every rewritten datastore shard, every rewritten teacher shard and every re-searched one needs a new number;

@@ -5,7 +5,8 @@
     {"format": "mlpmem.maintenance/1",
      "datastore": sha256 of datastore/manifest.json,  "teacher": sha256 of teacher/manifest.json,
      "documents": [{"id", "name", "tokens", "added", "snippet", ["text"]}, ...],   (datastore order)
-     "operations": [{"seq", "kind", "when", "documents": [ids], "counts": {...}, "seconds", "memory_sha256"}]}
+     "operations": [{"seq", "kind", "when", "documents": [ids], ["names": [names], a forget's], "counts": {...},
+                     "seconds", "memory_sha256"}]}
 
 It is written by an operation's commit only (:mod:`mlpmem.maintenance.transaction`), together with the new
 datastore and teacher manifests whose checksums it records. It is kept apart from them so that those two return
@@ -62,16 +63,25 @@ def next_seq(ledger: dict) -> int:
 
 
 def operation(kind: str, seq: int, documents: list[str], counts: dict, seconds: float, memory_sha: str,
-              source: str | None = None, config: dict | None = None) -> dict:
-    """The record of one committed operation: what (kind, documents by id, source file), when, counts, and the
-    settings it ran with (``config``: the operation's section of the maintenance config)."""
+              source: str | None = None, config: dict | None = None, names: list[str] | None = None) -> dict:
+    """The record of one committed operation: what (kind, documents by id and, for a forget, by name, source
+    file), when, counts, and the settings it ran with (``config``: the operation's section of the maintenance
+    config)."""
     op = {"seq": seq, "kind": kind, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "documents": documents,
           "counts": counts, "seconds": round(seconds, 3), "memory_sha256": memory_sha}
+    if names is not None:
+        op["names"] = names
     if source is not None:
         op["source"] = source
     if config is not None:
         op["config"] = config
     return op
+
+
+def forgotten(ledger: dict) -> set[str]:
+    """The ids and names of every document a forget removed (some may have been added again since)."""
+    return {key for op in ledger["operations"] if op["kind"] == "forget"
+            for key in (*op["documents"], *op.get("names", ()))}
 
 
 def committed(ledger: dict, documents: list[dict], op: dict, datastore_sha: str, teacher_sha: str) -> dict:

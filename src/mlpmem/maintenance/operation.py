@@ -1,17 +1,16 @@
 """What ``update`` and ``forget`` share: the run as an operation finds it, the teacher's search, the commit.
 
-:func:`open_operation` (under the run folder's lock) completes an interrupted commit, refuses a backbone or
-tokenizer other than the run's (by the datastore's fingerprint), verifies the datastore, the teacher and the
-memory, and reads the documents the run holds. :func:`reteach` recomputes teacher shards against a changed
-datastore. :func:`commit` stages the three new manifests and swaps them in with the new shard files, the new
-memory and its checksums (:mod:`mlpmem.maintenance.transaction`).
+:func:`open_operation` (under the run folder's lock, on a run whose opening completed any interrupted commit)
+refuses a backbone or tokenizer other than the run's (by the datastore's fingerprint), verifies the datastore,
+the teacher and the memory, and reads the documents the run holds. :func:`reteach` recomputes teacher shards
+against a changed datastore. :func:`commit` stages the three new manifests and swaps them in with the new shard
+files, the new memory and its checksums (:mod:`mlpmem.maintenance.transaction`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from mlpmem.maintenance.shards import (
     staged_shard,
 )
 from mlpmem.maintenance.targets import knn_rows
-from mlpmem.maintenance.transaction import Pending, recover
+from mlpmem.maintenance.transaction import Pending
 from mlpmem.pipeline import records, require
 from mlpmem.pipeline.datastore import keystore_config
 from mlpmem.pipeline.run import Run
@@ -101,9 +100,6 @@ def open_operation(run: Run) -> Operation:
     """The run, checked (see the module docstring); call it under the run folder's lock."""
     require(run, ("datastore", "teacher", "train"))
     layout = run.layout
-    if recover(run.dir, layout.maintenance):
-        print(f"note: completed the maintenance operation an earlier command committed in {run.dir}",
-              file=sys.stderr)
     store = KeyStore(layout.datastore)
     store.check_backbone(*run.backbone)
     teacher = TeacherStore(layout.teacher, datastore=store)
@@ -112,7 +108,7 @@ def open_operation(run: Run) -> Operation:
     if holdings(ledger).num_rows != store.num_rows:
         raise MlpmemError(f"{ledger_path(layout)} lists {holdings(ledger).num_rows} positions but the datastore "
                           f"holds {store.num_rows}: it was changed outside mlpmem")
-    return Operation(run, store, teacher, ledger, Pending(run.dir, layout.maintenance))
+    return Operation(run, store, teacher, ledger, Pending(run.dir))
 
 
 def run_keys(run: Run, tokens: list[np.ndarray], folder: Path, desc: str) -> KeyStore:

@@ -29,6 +29,7 @@ from mlpmem.memory.config import MemoryConfig
 from mlpmem.memory.init import tie_to_backbone
 from mlpmem.utils.checksums import verify_weights
 from mlpmem.utils.io import fsync_file, replace_dir
+from mlpmem.utils.shards import writing
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -44,10 +45,11 @@ def save_memory(memory: nn.Module, directory: str | os.PathLike) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        save_file(state_to_save(memory), str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
-        (tmp / CONFIG_NAME).write_text(json.dumps(memory.config.to_dict(), indent=2, sort_keys=True) + "\n")
-        for name in (WEIGHTS_NAME, CONFIG_NAME):
-            fsync_file(tmp / name)
+        with writing(tmp, target):  # a full disk: a one-line DiskFull, the previous memory intact
+            save_file(state_to_save(memory), str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
+            (tmp / CONFIG_NAME).write_text(json.dumps(memory.config.to_dict(), indent=2, sort_keys=True) + "\n")
+            for name in (WEIGHTS_NAME, CONFIG_NAME):
+                fsync_file(tmp / name)
         replace_dir(tmp, target, old=target.with_name(f".{target.name}.old{os.getpid()}"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

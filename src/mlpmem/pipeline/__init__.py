@@ -109,6 +109,8 @@ def run_pipeline(run: Run, rebuild: bool = False) -> dict:
         else:
             for stage in records.KEPT:
                 records.check(run, stage)
+            if built(run, "train") and records.is_current(run, "train"):
+                records.verify_memory(run)  # the memory it will reuse, before any other work
         run_stage(run, "datastore", rebuild)
         run_stage(run, "knnlm", rebuild)
         run_stage(run, "teacher", rebuild)

@@ -28,12 +28,13 @@ from typing import Any
 from safetensors import safe_open
 
 from mlpmem import freshness
-from mlpmem.errors import CorruptArtifact
-from mlpmem.pipeline.knnlm import open_neighbours
+from mlpmem.errors import CorruptArtifact, StaleArtifact
+from mlpmem.layout import RunLayout
+from mlpmem.pipeline.knnlm import NEIGHBOURS, open_neighbours
 from mlpmem.pipeline.run import Run
 from mlpmem.pipeline.teacher import teacher_config
-from mlpmem.utils.checksums import check_finite, record_folder, recorded, verify_folder
-from mlpmem.utils.shards import read_json, write_json
+from mlpmem.utils.checksums import check_finite, record_folder, recorded, require_record
+from mlpmem.utils.shards import MANIFEST, read_json, sha256_file, write_json
 
 FORMAT = "mlpmem.stage/2"
 MEMORY_FILES = ("config.json", "model.safetensors")
@@ -175,25 +176,58 @@ def record_memory(folder: Path) -> dict[str, str]:
 
 
 def verify_memory(run: Run) -> None:
-    """The memory of the run exists, its files match their recorded checksums and its weights are finite (before
-    any reader loads it)."""
-    folder = run.layout.memory
+    """The memory of the run exists, its files match their recorded checksums (a memory without its record is
+    refused) and its weights are finite (before any reader loads it)."""
+    folder, config = run.layout.memory, run.config_file or "CONFIG"
     if not (folder / "config.json").is_file():
-        raise CorruptArtifact(f"the run {run.dir} has no trained memory: run `mlpmem train "
-                              f"{run.config_file or 'CONFIG'}` first")
-    verify_folder(folder, f"memory {folder}")
+        raise CorruptArtifact(f"the run {run.dir} has no trained memory: run `mlpmem train {config}` first")
+    if read_record(run, "train") is None:
+        remedy = f"its training was not recorded as finished: run `mlpmem train {config}` (it resumes)"
+    else:
+        remedy = (f"if these weights are the run's own, record them with `mlpmem record-checksums {run.dir}`; "
+                  f"else retrain the memory (`mlpmem train {config} --rebuild`)")
+    require_record(folder, f"memory {folder}", remedy)
     check_memory_values(folder)
 
 
 def verify_evaluation_inputs(run: Run) -> None:
-    """Before an evaluation: the memory and the cached kNN-LM neighbour lists match their checksums."""
+    """Before an evaluation: the memory and the cached kNN-LM neighbour lists match their checksums, and the
+    lists were searched in the datastore the run holds now."""
     verify_memory(run)
+    check_knnlm_current(run.layout, run.config_file or "CONFIG")
     for split in ("validation", "test"):
         open_neighbours(run.layout.neighbours(split))
+
+
+def check_knnlm_current(layout: RunLayout, config: str | Path) -> None:
+    """Refuse kNN-LM results searched in another datastore than the run's now (one an update or a forget changed
+    since): their neighbour ids and perplexities are another datastore's."""
+    datastore = sha256_file(layout.datastore / MANIFEST)
+    for split in ("validation", "test"):
+        meta = read_json(layout.neighbours(split) / NEIGHBOURS, f"kNN-LM neighbour lists of {split}")
+        if meta.get("inputs", {}).get("datastore") != datastore:
+            raise StaleArtifact(f"the kNN-LM results in {layout.knnlm} were searched in the datastore before its "
+                                f"last change (an update or a forget): run `mlpmem knnlm {config}` first (or "
+                                f"`mlpmem run {config}`)")
 
 
 def results_match_memory(run: Run) -> bool:
     """Whether ``results.json`` was computed for the memory now in the run (by the memory's checksum recorded in
     the evaluation's record)."""
-    record = read_record(run, "eval")
-    return record is not None and record["built_from"].get("memory.sha256") == memory_sha256(run.layout.memory)
+    return results_match_memory_at(run.layout)
+
+
+def results_match_memory_at(layout: RunLayout) -> bool:
+    """:func:`results_match_memory` of any run folder's files."""
+    record = read_record_at(layout.record("eval"), "eval")
+    return record is not None and record["built_from"].get("memory.sha256") == memory_sha256(layout.memory)
+
+
+def check_shown(layout: RunLayout) -> None:
+    """Refuse a finished run whose numbers a table would show beside artifacts they no longer describe: kNN-LM
+    results of another datastore, ``results.json`` of another memory (as ``report`` refuses them)."""
+    config = layout.config
+    check_knnlm_current(layout, config)
+    if layout.results.is_file() and not results_match_memory_at(layout):
+        raise StaleArtifact(f"{layout.results} was computed for another memory than {layout.memory}: run "
+                            f"`mlpmem eval {config}` first")

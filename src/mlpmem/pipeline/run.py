@@ -2,8 +2,9 @@
 
 Every stage is idempotent: rerun, it reuses what is complete and resumes what is not. A folder becomes a run
 folder only if it is new, empty or already mlpmem's (:func:`check_run_dir`); one command at a time writes it
-(:meth:`Run.locked`); ``config.yaml`` is written when a stage completes (:meth:`Run.write_config`), after it was
-checked against what the folder holds, and never over the user's own file.
+(:meth:`Run.locked`); opening it completes a maintenance commit a kill interrupted (:mod:`mlpmem.utils.commit`),
+so every command reads a whole run; ``config.yaml`` is written when a stage completes (:meth:`Run.write_config`),
+after it was checked against what the folder holds, and never over the user's own file.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from mlpmem.backbone import SHIPPED_MODELS, load_backbone
 from mlpmem.compute import compute_device
 from mlpmem.errors import ConfigError, MlpmemError
 from mlpmem.layout import RunLayout, is_written
+from mlpmem.utils.commit import is_pending, recover
 from mlpmem.utils.distributed import launched_rank
 from mlpmem.utils.lock import describe, folder_lock
 from mlpmem.utils.shards import atomic_write_bytes, read_json, write_json
@@ -46,6 +48,21 @@ def check_run_dir(path: Path) -> None:
         listed = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
         raise ConfigError(f"run_dir {path} holds files mlpmem did not write ({listed}): give the run an empty or "
                           "new folder")
+
+
+def check_config_home(config: str | Path, run_dir: str, overrides: list[str]) -> None:
+    """Refuse a run folder's own ``config.yaml`` whose ``run_dir`` names another folder (the folder was copied or
+    moved): the command would act on that other folder. ``--set run_dir=...`` says which folder, deliberately."""
+    path = Path(config)
+    folder = path.parent
+    if path.name != RunLayout(folder).config.name or any(o.startswith("run_dir=") for o in overrides):
+        return
+    if not (RunLayout(folder).lock.exists() or RunLayout(folder).record("train").parent.is_dir()):
+        return  # a config.yaml of the user's own, not a run folder's
+    if Path(run_dir).expanduser().resolve() != folder.resolve():
+        raise ConfigError(f"{path} is the configuration of the run folder {folder} but names run_dir {run_dir} "
+                          f"(the folder was copied or moved): act on {folder} with `--set run_dir={folder}`, or on "
+                          f"{run_dir} with its own config.yaml")
 
 
 def check_backbone_name(name: str) -> str:
@@ -93,6 +110,7 @@ class Run:
         self.config_file = None if config_file is None else Path(config_file)
         check_run_dir(self.dir)
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.recover()
         self._backbone = backbone
         self.key_donor: Run | None = None
         """Another run whose keystores this one's may share shards with (same backbone and key settings; see
@@ -109,6 +127,13 @@ class Run:
             except ValueError as exc:  # the hub client's validation of a name that is no folder
                 raise MlpmemError(f"cannot load backbone {name!r}: {str(exc).splitlines()[0]}") from None
         return self._backbone
+
+    def recover(self) -> bool:
+        """Complete, under the folder's lock, a maintenance commit a kill interrupted (True if there was one)."""
+        if not (self.is_main and is_pending(self.dir)):
+            return False
+        with self.locked():
+            return recover(self.dir)
 
     @contextlib.contextmanager
     def locked(self, command: str | None = None):

@@ -6,8 +6,10 @@ own files, so the sha256 of its files live beside it, in ``<folder>.sha256.json`
 :func:`verify_folder` checks it when the folder is opened, and :func:`verify_weights` adds the check every
 reader of weights needs: no NaN or Inf, which a checksum cannot see in a memory trained into NaN.
 
-A folder without a sidecar (saved before sidecars existed, or by a library caller) is read unchecked; a
-sidecar that does not match is a one-line :class:`~mlpmem.errors.CorruptArtifact`.
+A sidecar that does not match is a one-line :class:`~mlpmem.errors.CorruptArtifact`. A memory of a run folder
+or of a saved model is refused without its sidecar (:func:`require_record`): deleting the file never turns the
+check off; ``mlpmem record-checksums FOLDER`` records it again, deliberately. A memory folder saved alone by a
+library caller has none and is read unchecked.
 """
 
 from __future__ import annotations
@@ -63,6 +65,15 @@ def verify_folder(folder: str | Path, what: str | None = None) -> dict[str, str]
         if sha256_file(path) != digest:
             raise CorruptArtifact(f"{what or folder}: {path} fails its checksum (truncated or corrupted): "
                                   "retrain it (`mlpmem train CONFIG --rebuild`)")
+    return files
+
+
+def require_record(folder: str | Path, what: str, remedy: str) -> dict[str, str]:
+    """:func:`verify_folder`, refusing a folder that has no sidecar (``remedy``: how to record it again)."""
+    files = verify_folder(folder, what)
+    if files is None:
+        raise CorruptArtifact(f"{what} has no checksum record ({sidecar(folder)} is missing), so its files cannot "
+                              f"be verified: {remedy}")
     return files
 
 

@@ -4,7 +4,8 @@ The lock is an ``flock`` on a file that stays in the folder; the holder writes i
 time into it. The kernel drops the lock when the holding process ends, however it ends, so a lock left by a
 killed process is stale by construction: the next command takes it at once (and says so when the file still
 names a process that is gone). A second command while the holder lives fails at once with a one-line
-:class:`~mlpmem.errors.RunBusy` that says who holds the folder; it never waits silently.
+:class:`~mlpmem.errors.RunBusy` that says who holds the folder; it never waits silently. A folder that cannot be
+written (a read-only file system, no permission) is a one-line :class:`~mlpmem.errors.ReadOnlyFolder`.
 
 Within one process the lock is re-entrant (the CLI holds it around the pipeline, which takes it again).
 """
@@ -22,7 +23,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from mlpmem.errors import RunBusy
+from mlpmem.errors import ReadOnlyFolder, RunBusy
+from mlpmem.utils.limits import unwritable_cause
 
 LOCK_NAME = ".lock"
 _HELD: dict[str, tuple[int, int]] = {}
@@ -84,9 +86,16 @@ def folder_lock(folder: str | Path, command: str | None = None) -> Iterator[dict
         finally:
             _release(key)
         return
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        if unwritable_cause(exc) is None:
+            raise
+        raise ReadOnlyFolder(f"run folder {folder} cannot be written ({unwritable_cause(exc)}) and this command "
+                             "writes to it (its lock first): give it write access, or copy it to a writable place "
+                             "and use the copy") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:

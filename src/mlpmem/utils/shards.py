@@ -10,7 +10,6 @@ truncated or bit-flipped shard is detected when the artifact is opened.
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import mmap
@@ -23,9 +22,9 @@ import numpy as np
 
 from mlpmem.errors import CorruptArtifact, MlpmemError
 from mlpmem.freshness import check
+from mlpmem.utils.limits import full_disk_cause
 
 MANIFEST = "manifest.json"
-FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 FSYNC = os.environ.get("MLPMEM_FSYNC", "1") != "0"
 """fsync every file before its rename (survives power loss; a killed process needs only the rename).
 ``MLPMEM_FSYNC=0`` skips it, e.g. for tests on a busy disk."""
@@ -52,17 +51,16 @@ class DiskFull(MlpmemError):
 
 
 @contextlib.contextmanager
-def writing(tmp: Path):
-    """Write ``tmp`` (a file or a folder); on any failure remove it, and turn a full disk into a one-line
-    :class:`DiskFull`."""
+def writing(tmp: Path, final: Path | None = None):
+    """Write ``tmp`` (a file or a folder, to become ``final``: by default the name :func:`temporary` made it from);
+    on any failure remove it, and turn a full disk into a one-line :class:`DiskFull` naming ``final``."""
     try:
         yield
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
-        short = isinstance(exc, OSError) and exc.errno is None and "written" in str(exc)  # numpy's short write
-        if isinstance(exc, OSError) and (exc.errno in FULL or short):
-            cause = os.strerror(exc.errno) if exc.errno else str(exc)
-            raise DiskFull(f"disk full while writing {committed(tmp)} "
+        cause = full_disk_cause(exc)
+        if cause is not None:
+            raise DiskFull(f"disk full while writing {final or committed(tmp)} "
                            f"({cause}): free space and rerun, finished work is kept") from None
         raise
 
