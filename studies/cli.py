@@ -210,7 +210,7 @@ COMMANDS = (
                 Arg("--out", help="folder of screen.json (default: ~/.cache/mlpmem/lm-eval-tasks-screen)"),
                 QUIET)),
     Command("prepare", "tasks", "studies.tasks.cli:cmd_prepare",
-            "write the local lm-eval tasks (installable battery, HaluEval detection and preference, QA)", (
+            "write the local lm-eval tasks from installable data", (
                 Arg("--out", help="task folder (default: ~/.cache/mlpmem/lm-eval-tasks)"),
                 Arg("--battery-limit", type=int, default_from="studies.tasks.prepare:TasksConfig",
                     help="items per task of the installable battery mlpmem_battery (0: none)"),
