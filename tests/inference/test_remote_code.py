@@ -86,7 +86,7 @@ def test_a_fresh_process_loads_it_with_trust_remote_code_and_equal_logits(export
     proc = subprocess.run([sys.executable, "-c", FRESH, str(folder), str(tmp_path), *PROMPTS], env=fresh_env(tmp_path),
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    fresh = torch.load(tmp_path / "fresh.pt")
+    fresh = torch.load(tmp_path / "fresh.pt", weights_only=True)
     assert "trust_remote_code=True" in fresh["refused"]  # without it: transformers' own refusal, no silent load
     assert (fresh["config"], fresh["model"], fresh["lam"]) == ("MemoryAugmentedConfig", "MemoryAugmentedForCausalLM",
                                                                0.4)
