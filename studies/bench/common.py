@@ -8,6 +8,7 @@ Their Markdown tables are :func:`mlpmem.reporting.tables.markdown_table`.
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import time
@@ -46,6 +47,17 @@ def write_text(path: str | Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text if text.endswith("\n") else text + "\n")
     return path
+
+
+def write_outputs(folder: str | Path, results: dict, text: str, plot, figure: str) -> None:
+    """A benchmark's ``results.json``, ``report.md`` (``text``) and its figure (``plot(results, path)``) in
+    ``folder``; the report and where the files are, printed."""
+    folder = Path(folder)
+    write_text(folder / "results.json", json.dumps(results, indent=1, default=str))
+    write_text(folder / "report.md", text)
+    plot(results, folder / figure)
+    print(text)
+    print(f"results: {folder / 'results.json'}, figure: {folder / figure}")
 
 
 def interleave(fns: dict, warmup: int, repeats: int) -> dict[str, dict[str, list[float]]]:

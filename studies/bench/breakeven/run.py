@@ -22,7 +22,7 @@ from studies.bench.breakeven.online import index_record, storage, timed_online
 from studies.bench.breakeven.projection import project
 from studies.bench.breakeven.report import plot, report
 from studies.bench.breakeven.stages import SizeRun, finetune_costs, size_run, timed_pipeline
-from studies.bench.common import threads, write_text
+from studies.bench.common import threads, write_outputs
 
 
 def size_runs(cfg: BreakEvenConfig, base: PipelineConfig, progress: bool) -> list[SizeRun]:
@@ -90,13 +90,7 @@ def main(config_path: str, cfg: BreakEvenConfig, progress: bool = True) -> dict:
     t0 = time.perf_counter()
     results = run_breakeven(config_path, cfg, progress)
     results["seconds_total"] = time.perf_counter() - t0
-    folder = Path(cfg.docs_dir or cfg.out_dir)
-    write_text(folder / "results.json", json.dumps(results, indent=1, default=str))
-    text = report(results)
-    write_text(folder / "report.md", text)
-    plot(results, folder / "breakeven.png")
-    print(text)
-    print(f"results: {folder / 'results.json'}, figure: {folder / 'breakeven.png'}")
+    write_outputs(cfg.docs_dir or cfg.out_dir, results, report(results), plot, "breakeven.png")
     return results
 
 

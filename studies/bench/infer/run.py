@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -11,7 +10,7 @@ from mlpmem.backbone import load_backbone
 from mlpmem.baselines.methods import MethodOptions, build_method, knnlm_chosen, run_results
 from mlpmem.compute import compute_device, model_device
 from mlpmem.pipeline.config import PipelineConfig
-from studies.bench.common import threads, write_text
+from studies.bench.common import threads, write_outputs
 from studies.bench.infer.config import BATCH1_ONLY, FALLBACK_LAMBDA, InferBenchConfig
 from studies.bench.infer.ladder import bf16_quality, ladder_notes, memory_variants
 from studies.bench.infer.measure import (
@@ -77,10 +76,5 @@ def main(config_path: str, cfg: InferBenchConfig, progress: bool = True) -> dict
     results["seconds_total"] = time.perf_counter() - t0
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    write_text(out / "results.json", json.dumps(results, indent=1, default=str))
-    text = report(results)
-    write_text(out / "report.md", text)
-    plot(results, out / "speed.png")
-    print(text)
-    print(f"results: {out / 'results.json'}, figure: {out / 'speed.png'}")
+    write_outputs(out, results, report(results), plot, "speed.png")
     return results
