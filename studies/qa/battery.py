@@ -71,10 +71,15 @@ def _method_args(cfg, method: str) -> str:
 
 
 def _scored_with(cfg, method: str) -> dict:
-    """What a battery file of ``method`` was scored from: its lm-eval model args and, for the memory methods, the
+    """What a battery file of ``method`` was scored from: its lm-eval model args, the settings its task folder is
+    written from and, for the memory methods, the
     checksum of the memory weights and of the question gate (a file scored from others is scored again: a gate
     retrained in the same folder keeps its model args)."""
-    out = {"model_args": model_args(cfg, method), "tasks": cfg.battery.tasks, "limit": cfg.battery.limit}
+    b = cfg.battery
+    tasks = {k: getattr(b, k) for k in ("tasks_dir", "battery_limit", "detect_limit", "mc_tasks", "mc_limit",
+                                        "truthfulness")}  # what the task folder is written from
+    out = {"model_args": model_args(cfg, method), "tasks": b.tasks, "limit": b.limit,
+           "task_settings": {**tasks, "seed": cfg.seed}}
     bench = Path(cfg.out_dir) / cfg.no_regression.memory_from
     if METHODS[method].reads_memory:
         out["memory_sha256"] = memory_sha256(bench / "memory-run" / "memory")

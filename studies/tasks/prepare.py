@@ -25,6 +25,7 @@ Then ``mlpmem lm-eval --include-path OUT --local-only --tasks mlpmem_battery,...
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -198,8 +199,11 @@ def preference_tasks(cfg: TasksConfig) -> list[installable.TaskRows]:
 
 
 def prepared(cfg: TasksConfig) -> Path:
-    """``cfg``'s folder, written by :func:`prepare_tasks` unless a finished one (its manifest) is there already."""
-    if not (cfg.folder / MANIFEST).is_file():
+    """``cfg``'s folder, written by :func:`prepare_tasks` unless one finished from the same settings is there
+    (its manifest is complete and records ``cfg``): an interrupted or otherwise written folder is written again."""
+    path = cfg.folder / MANIFEST
+    manifest = json.loads(path.read_text()) if path.is_file() else {}
+    if not (manifest.get("complete") and manifest.get("config") == json.loads(json.dumps(cfg.to_dict()))):
         prepare_tasks(cfg)
     return cfg.folder
 

@@ -15,7 +15,7 @@ from mlpmem.errors import ConfigError
 from mlpmem.evaluation.harness import task_manager
 from studies.qa.halueval_qa import prepare_halueval_qa
 from studies.sources import halueval
-from studies.tasks.prepare import BATTERY_GROUP, DETECT_GROUP, PREFER_GROUP, TasksConfig, prepare_tasks
+from studies.tasks.prepare import BATTERY_GROUP, DETECT_GROUP, PREFER_GROUP, TasksConfig, prepare_tasks, prepared
 
 
 def halueval_rows(task: str, n: int) -> list[dict]:
@@ -86,3 +86,18 @@ def test_preference_tasks_come_from_the_benchmark_questions_and_score_acc_norm(c
     lm = HFLM(pretrained=tiny_llama, tokenizer=tiny_tokenizer, batch_size=4)
     out = simple_evaluate(model=lm, tasks=[f"{PREFER_GROUP}_test"], task_manager=manager)
     assert {"acc,none", "acc_norm,none"} <= set(out["results"][f"{PREFER_GROUP}_test"])
+
+
+def test_a_folder_is_written_again_when_unfinished_or_from_other_settings(cache):
+    out = str(cache / "tasks")
+    prepared(TasksConfig(out=out, battery_limit=0, detect_limit=2))
+    manifest = cache / "tasks" / "manifest.json"
+    first = json.loads(manifest.read_text())
+    assert first["items"] == dict.fromkeys(first["groups"][DETECT_GROUP], 2)
+    prepared(TasksConfig(out=out, battery_limit=0, detect_limit=2))  # same settings: kept as written
+    assert json.loads(manifest.read_text()) == first
+    prepared(TasksConfig(out=out, battery_limit=0, detect_limit=3))  # other settings: written again
+    assert set(json.loads(manifest.read_text())["items"].values()) == {3}
+    manifest.write_text(json.dumps({"complete": False}))  # a prepare that was interrupted
+    prepared(TasksConfig(out=out, battery_limit=0, detect_limit=3))
+    assert json.loads(manifest.read_text())["complete"] is True
