@@ -29,6 +29,11 @@ KNN = "studies.bench.knn_setup:KnnSetupConfig"
 BREAKEVEN = "studies.bench.breakeven.config:BreakEvenConfig"
 
 
+def comma_floats(text: str) -> list[float]:
+    """An option's ``X,X,...`` as numbers."""
+    return [float(x) for x in text.split(",") if x]
+
+
 def bench_args(config: str) -> tuple[Arg, ...]:
     """The options shared by ``bench infer`` and ``bench offline``; left out, ``config``'s defaults apply."""
     return (Arg("config", nargs="?", default="default", help="config (YAML or preset) of the finished run to measure"),
@@ -96,6 +101,16 @@ COMMANDS = (
                 Arg("--no-battery", action="store_true", help="skip the lm-eval battery (finished ones are reported)"),
                 Arg("--report-only", action="store_true",
                     help="compute nothing: write the report from what earlier (interrupted) runs finished"))),
+    Command("curve", "qa", f"{QA}:cmd_qa_curve",
+            "the QA memory's learning curve: validation perplexity and validation questions, epoch by epoch", (
+                *RUN[:2],
+                Arg("--benchmark", help="the benchmark whose memory is trained (default: the config's first)"),
+                Arg("--epochs", type=int, default=12, help="epochs of the one training the curve follows"),
+                Arg("--lambdas", type=comma_floats, default="0.2,0.35", metavar="L,L,...",
+                    help="memory weights the validation questions are scored at (λ = 0 once)"),
+                Arg("--docs", metavar="DIR", help="write report.md, results.json and curve.png here "
+                                                 "(default: the curve's folder under out_dir)"),
+                QUIET)),
     Command("infer", "bench", f"{BENCH}:bench_infer",
             "time to first token and decode speed: backbone, memory, kNN-LM, RAG", (
                 *bench_args(INFER),

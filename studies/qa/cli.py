@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+from pathlib import Path
 
 from mlpmem.backbone import load_backbone
+from mlpmem.errors import ConfigError
 from mlpmem.utils.runtime import set_threads
 from studies.qa.config import QASuiteConfig
 from studies.qa.eval_qa import GenerationConfig, evaluate_questions, method_model, read_questions
@@ -45,3 +47,24 @@ def cmd_qa_report(args: argparse.Namespace) -> None:
     path = write_report(results, cfg.docs_dir, command)
     print(path.read_text())
     print(f"report: {path}")
+
+
+def cmd_qa_curve(args: argparse.Namespace) -> None:
+    """The QA memory's learning curve (:mod:`studies.qa.curve`), written to ``--docs`` (default: its folder)."""
+    from studies.bench.common import write_outputs
+    from studies.qa.curve import CurveConfig, curve_report, learning_curve, plot_curve
+    from studies.qa.runner import Context
+
+    set_threads()
+    cfg = QASuiteConfig.from_yaml(args.config, args.set)
+    bench = args.benchmark or next(iter(cfg.benchmarks))
+    if bench not in cfg.benchmarks:
+        raise ConfigError(f"qa curve: no benchmark {bench!r} in {args.config} (it has {sorted(cfg.benchmarks)})")
+    out = Path(cfg.out_dir) / bench / "curve"
+    curve = CurveConfig(bench, args.epochs, args.lambdas, str(out))
+    ctx = Context(cfg, bench, load_backbone(cfg.backbone), progress=not args.quiet)
+    results = learning_curve(ctx, curve)
+    sets = "".join(f" --set {shlex.quote(s)}" for s in args.set)
+    command = (f"python -m studies qa curve {args.config}{sets} --epochs {args.epochs} "
+               f"--lambdas {','.join(map(str, args.lambdas))}")
+    write_outputs(args.docs or out, results, curve_report(results, command), plot_curve, "curve.png")
