@@ -31,11 +31,11 @@ from studies.tasks.prepare import TasksConfig, prepared
 SCORED_WITH = "mlpmem_scored_with"
 """The key of a battery file that records what it was scored from (:func:`_scored_with`)."""
 WALL_SECONDS = "mlpmem_wall_seconds"
-"""The key of a battery file that records how long lm-eval took to score it (absent in older files)."""
+"""The key of a battery file that records how long lm-eval took to score it."""
 ONE_PASS = "mlpmem_one_pass"
 """The key of a battery file that lists the methods scored with it from one backbone pass (absent: alone)."""
 RAG_CONTEXTS = "mlpmem_rag_contexts"
-"""The key of a RAG battery file that counts its contexts and those that got no passage (absent in older files)."""
+"""The key of a RAG battery file that counts its contexts and those that got no passage."""
 ONE_PASS_LABELS = ("backbone", "memory", "memory-gate", "knnlm")
 def battery_dir(out_dir: str | Path) -> Path:
     return Path(out_dir) / "battery"
@@ -43,10 +43,8 @@ def battery_dir(out_dir: str | Path) -> Path:
 
 def model_args(cfg, method: str) -> str:
     """lm-eval ``model_args`` of ``method`` on the models of ``no_regression.memory_from`` (suite config ``cfg``), at
-    ``battery.precision`` (named only when not fp32, so that files scored before it existed still count)."""
-    args = _method_args(cfg, method)
-    precision = cfg.battery.precision if cfg.battery else "fp32"
-    return args if precision == "fp32" else f"{args},precision={precision}"
+    ``battery.precision``."""
+    return f"{_method_args(cfg, method)},precision={cfg.battery.precision if cfg.battery else 'fp32'}"
 
 
 def _method_args(cfg, method: str) -> str:
@@ -181,7 +179,7 @@ def collect_battery(cfg, folder: Path | None = None) -> dict | None:
         return None
     records = {m: read_json(Path(f), f"battery {m}") for m, f in files.items()}
     return {"tasks_dir": str(folder or out / "tasks"), "methods": files,
-            "wall_seconds": {m: r.get(WALL_SECONDS) for m, r in records.items()},
+            "wall_seconds": {m: r[WALL_SECONDS] for m, r in records.items()},
             "one_pass": [m for m, r in records.items() if r.get(ONE_PASS)],
             "precision": {m: scored_precision(r) for m, r in records.items()},
             "rag_contexts": {m: r[RAG_CONTEXTS] for m, r in records.items() if r.get(RAG_CONTEXTS)}}

@@ -6,9 +6,6 @@ question (EM 1/0, F1 in [0, 1] rounded to :data:`DIGITS` decimals) or a multiple
 ``acc_pmi`` 1/0). The scale is 0..1 (as lm-eval logs per-item scores); the stored means stay in percent.
 Items are matched across methods by id, never by position, so two methods are paired over the questions
 both answered.
-
-Method files written before this record existed have no ``per_item``: :func:`item_scores` returns ``None``
-for them and the report says "no interval".
 """
 
 from __future__ import annotations
@@ -31,7 +28,7 @@ def qa_per_item(predictions: list[dict]) -> dict:
 
 def item_scores(scored: dict | None, metric: str) -> dict[str, float] | None:
     """``{item id: score}`` (0..1) of ``metric`` in a scored split or task, or ``None`` when it kept no per-item
-    scores of that metric (an older file, or a metric it does not have)."""
+    scores of that metric (a metric it does not have)."""
     record = (scored or {}).get(PER_ITEM)
     if not isinstance(record, dict) or metric not in record:
         return None

@@ -43,6 +43,9 @@ from studies.qa.question_gate import openness, question_gate
 SAMPLE_PREDICTIONS = 20
 """Predictions kept per split in a method's file, for the report's reader."""
 FINETUNED = ("cpt", "lora")
+GATE_SETTINGS = ("gate_offset_grid", "gate_offset_rule", "gate_floor_grid", "gate_floor_rule", "gate_training",
+                 "gate_negatives", "gate_negative_tasks", "gate_negatives_unconditional")
+"""The suite's settings the memory-gate method's file depends on (its offset and floor are chosen under them)."""
 """Methods whose fine-tuned weights the suite saves under ``<benchmark>/weights/<method>``."""
 
 
@@ -90,25 +93,11 @@ def method_settings(cfg: QASuiteConfig, bench: str, method: str, memory_sha256: 
     scored again. ``memory_sha256``: the checksum of the run's memory, a setting of the methods that read the memory."""
     tuned = METHODS[method].mixes or method == "memory-gate"  # chosen on the validation questions
     benchmark = {k: v for k, v in asdict(cfg.benchmarks[bench]).items() if tuned or k != "tune_questions"}
-    generation = {k: v for k, v in asdict(cfg.generation).items() if k != "precision" or v != "fp32"}  # as before
-    settings = {"benchmark": benchmark, "seed": cfg.seed, "shots": cfg.shots, "generation": generation}
+    settings = {"benchmark": benchmark, "seed": cfg.seed, "shots": cfg.shots, "generation": asdict(cfg.generation)}
     if METHODS[method].mixes:
         settings["lambda_grid"] = cfg.lambda_grid
     if method == "memory-gate":
-        settings["gate_offset_grid"] = cfg.gate_offset_grid
-        if cfg.gate_offset_rule != "best":  # files from before the option existed chose the best
-            settings["gate_offset_rule"] = cfg.gate_offset_rule
-        if cfg.gate_floor_grid != [0.0]:  # files from before the option existed had no floor
-            settings["gate_floor_grid"] = cfg.gate_floor_grid
-            settings["gate_floor_rule"] = cfg.gate_floor_rule
-        if cfg.gate_training != "text":  # files from before the option existed are the text gate's
-            settings["gate_training"] = cfg.gate_training
-        if cfg.gate_negatives:
-            settings["gate_negatives"] = cfg.gate_negatives
-        if cfg.gate_negative_tasks:
-            settings["gate_negative_tasks"] = cfg.gate_negative_tasks
-        if cfg.gate_negatives_unconditional:
-            settings["gate_negatives_unconditional"] = True
+        settings["gate"] = {key: getattr(cfg, key) for key in GATE_SETTINGS}
     if METHODS[method].reads_memory and memory_sha256 is not None:
         settings["memory"] = memory_sha256
     if method.startswith("rag"):

@@ -25,14 +25,14 @@ def test_the_battery_scores_the_gate_the_suite_tuned(tmp_path):
     scored = {"gate_offset": 1.5, "gate_training": "questions", "question_gate": {"weights_sha256": "abc"}}
     (methods / "memory-gate.json").write_text(json.dumps(scored))
     assert model_args(cfg, "memory-gate") == (f"run={tmp_path / 'synthetic' / 'memory-run'},gate=true,"
-                                              f"gate_offset=1.5,gate_dir={gate}")
+                                              f"gate_offset=1.5,gate_dir={gate},precision=fp32")
     (gate / "gate.json").write_text(json.dumps({"weights_sha256": "another"}))  # retrained since, e.g. other questions
     with pytest.raises(ConfigError, match="not the one memory-gate was scored with"):
         model_args(cfg, "memory-gate")
     (methods / "memory-gate.json").write_text(json.dumps({"gate_offset": 3.0}))
-    assert model_args(cfg, "memory-gate").endswith(",gate=true,gate_offset=3.0")
+    assert model_args(cfg, "memory-gate").endswith(",gate=true,gate_offset=3.0,precision=fp32")
     (methods / "memory-gate.json").write_text(json.dumps({"gate_offset": 0.0, "gate_floor": 0.2}))
-    assert model_args(cfg, "memory-gate").endswith(",gate=true,gate_offset=0.0,gate_floor=0.2")
+    assert model_args(cfg, "memory-gate").endswith(",gate=true,gate_offset=0.0,gate_floor=0.2,precision=fp32")
 
 
 def test_a_battery_file_is_scored_again_when_its_memory_gate_or_arguments_change(tmp_path):
@@ -58,7 +58,7 @@ def test_a_battery_file_is_scored_again_when_its_memory_gate_or_arguments_change
     weights(b"two")  # the memory trained again: its battery file is stale, kNN-LM's is not
     assert _scored_with(cfg, "memory") != first["memory"] and _scored_with(cfg, "knnlm") == first["knnlm"]
     (bench / "methods" / "memory.json").write_text(json.dumps({"lambda": 0.35}))  # another λ chosen
-    assert _scored_with(cfg, "memory")["model_args"].endswith("lam=0.35")
+    assert ",lam=0.35," in _scored_with(cfg, "memory")["model_args"]
     gate = bench / "gate-questions"
     gate.mkdir()
     for sha in ("abc", "def"):  # the question gate retrained in its folder: same model args, another file
@@ -69,7 +69,7 @@ def test_a_battery_file_is_scored_again_when_its_memory_gate_or_arguments_change
 
 
 def test_the_battery_precision_reaches_every_methods_model_args(tmp_path):
-    """bf16 is named in every method's arguments (another file than fp32's); fp32 is not, as before it existed."""
+    """The precision is named in every method's arguments (a bf16 file is another file than fp32's)."""
     from mlpmem.errors import ConfigError
     from studies.qa.battery import model_args
 
@@ -81,8 +81,8 @@ def test_the_battery_precision_reaches_every_methods_model_args(tmp_path):
     (tmp_path / "synthetic" / "methods" / "memory.json").write_text(json.dumps({"lambda": 0.5}))
     for method in ("backbone", "memory", "lora", "rag-bm25"):
         plain = model_args(cfg(), method)
-        assert "precision=" not in plain and model_args(cfg(precision="fp32"), method) == plain
-        assert model_args(cfg(precision="bf16"), method) == f"{plain},precision=bf16"
+        assert plain.endswith(",precision=fp32") and model_args(cfg(precision="fp32"), method) == plain
+        assert model_args(cfg(precision="bf16"), method) == plain.replace("precision=fp32", "precision=bf16")
     with pytest.raises(ConfigError, match="battery.precision must be one of"):
         cfg(precision="half")
 

@@ -148,7 +148,7 @@ def _check_question_gate(tmp: Path, capsys) -> None:
     validation = [json.loads(x)["id"] for x in (tmp / "qa" / "synthetic" / "data" / "questions" / "validation.jsonl")
                   .read_text().splitlines()][:4]
     assert gated["gate_training"] == "questions" and record["questions"] == validation
-    assert gated["settings"]["gate_training"] == "questions"
+    assert gated["settings"]["gate"]["gate_training"] == "questions"
     assert gated["question_gate"]["weights_sha256"] == record["weights_sha256"]
     assert record["init_lambda"] == json.loads((methods / "memory.json").read_text())["lambda"]
     assert set(gated["gate_mean_lambda"]) == {"questions"} and 0 < gated["gate_mean_lambda"]["questions"] < 1
@@ -313,28 +313,21 @@ def test_a_method_file_scored_under_other_settings_is_scored_again(tmp_path):
              "no_regression": {"memory_from": "synthetic", "methods": ["backbone", "memory"]}}
     cfg = QASuiteConfig(**suite)
     wider = QASuiteConfig(**{**suite, "lambda_grid": [0.0, 0.5, 0.8], "gate_offset_grid": [0.0, 3.0, 6.0]})
-    for method, changed in {"memory": ["lambda_grid"], "knnlm": ["lambda_grid"], "memory-gate": ["gate_offset_grid"],
+    for method, changed in {"memory": ["lambda_grid"], "knnlm": ["lambda_grid"], "memory-gate": ["gate"],
                             "backbone": [], "cpt": [], "rag-dense": []}.items():
         stored = {"test": {}, "settings": method_settings(cfg, "synthetic", method)}
         assert changed_settings(stored, method_settings(wider, "synthetic", method)) == changed, method
         assert changed_settings(stored, method_settings(cfg, "synthetic", method)) == []
-    # fp32 decoding is recorded as before the option existed; bf16 is a change of every method's file
-    assert "precision" not in method_settings(cfg, "synthetic", "memory")["generation"]
+    # the decoding precision is a change of every method's file
     low = QASuiteConfig(**{**suite, "generation": {"precision": "bf16"}})
     assert changed_settings({"test": {}, "settings": method_settings(cfg, "synthetic", "cpt")},
                             method_settings(low, "synthetic", "cpt")) == ["generation"]
-    # the offset rule: one_se rescores memory-gate alone; best is recorded as before the option existed
-    one_se = QASuiteConfig(**{**suite, "gate_offset_rule": "one_se"})
-    for method, changed in {"memory-gate": ["gate_offset_rule"], "memory": [], "knnlm": []}.items():
-        assert changed_settings({"test": {}, "settings": method_settings(cfg, "synthetic", method)},
-                                method_settings(one_se, "synthetic", method)) == changed, method
-    assert "gate_offset_rule" not in method_settings(cfg, "synthetic", "memory-gate")
-    # the floor grid: memory-gate alone; none ([0.0]) is recorded as before the option existed
-    floors = QASuiteConfig(**{**suite, "gate_floor_grid": [0.0, 0.2]})
-    for method, changed in {"memory-gate": ["gate_floor_grid", "gate_floor_rule"], "memory": []}.items():
-        assert changed_settings({"test": {}, "settings": method_settings(cfg, "synthetic", method)},
-                                method_settings(floors, "synthetic", method)) == changed, method
-    assert "gate_floor_grid" not in method_settings(cfg, "synthetic", "memory-gate")
+    # each gate setting (offset rule, floor grid, ...) rescores memory-gate alone
+    for change in ({"gate_offset_rule": "one_se"}, {"gate_floor_grid": [0.0, 0.2]}, {"gate_training": "questions"}):
+        other = QASuiteConfig(**{**suite, **change})
+        for method, changed in {"memory-gate": ["gate"], "memory": [], "knnlm": []}.items():
+            assert changed_settings({"test": {}, "settings": method_settings(cfg, "synthetic", method)},
+                                    method_settings(other, "synthetic", method)) == changed, (change, method)
     for bad in ([], [1.0], [-0.1]):
         with pytest.raises(MlpmemError, match="gate_floor_grid"):
             QASuiteConfig(**{**suite, "gate_floor_grid": bad})
