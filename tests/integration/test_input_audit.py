@@ -72,3 +72,45 @@ def test_yaml_keys_that_are_not_names_are_one_line(tmp_path):
     bad.write_text("1: x\nfoo: y\n")
     with pytest.raises(ConfigError, match=r"unknown config key\(s\) \['foo', 1\] in root"):
         PipelineConfig.from_yaml(bad)
+
+
+# --- comma-separated names: --docs, --tasks, --methods, --names ---------------------------------------------------
+
+
+@pytest.mark.parametrize("docs, words", [
+    ("doc3, doc4", ["' doc4' has a space at an end"]),
+    ("doc3,doc3", ["names 'doc3' twice"]),
+    ("", ["--docs is empty"]),
+    ("doc3,,doc4", ["empty name"]),
+    ("doc3,nope", ["no document 'nope' in the run"]),
+])
+def test_forget_takes_each_name_exactly(run, capsys, docs, words):
+    before = tree_digest(run)
+    refused(capsys, main(["forget", str(run), "--docs", docs, "--quiet"]), *words)
+    assert tree_digest(run) == before and not (run / "maintenance").exists()
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--tasks", "tiny_ll, tiny_roll"], ["' tiny_roll' has a space"]),
+    (["--tasks", "tiny_ll,tiny_ll"], ["names 'tiny_ll' twice"]),
+    (["--tasks", "tiny_ll", "--methods", "memory,memory"], ["--methods", "names 'memory' twice"]),
+])
+def test_lm_eval_takes_each_task_exactly(run, capsys, monkeypatch, extra, words):
+    import mlpmem.evaluation.harness as harness
+
+    monkeypatch.setattr(harness, "evaluate", lambda *a, **k: pytest.fail("scored before its arguments were checked"))
+    refused(capsys, main(["lm-eval", "--model-args", f"run={run}", *extra]), *words)
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--names", ""], ["--names is empty"]),
+    (["--names", "a,,b"], ["empty name"]),
+    (["--tasks", ""], ["--tasks is empty"]),
+    (["--tasks", "t,t"], ["names 't' twice"]),
+])
+def test_compare_takes_each_name_exactly(tmp_path, capsys, extra, words):
+    for name in ("base", "a", "b"):
+        (tmp_path / f"{name}.json").write_text("{}")
+    files = [str(tmp_path / f"{name}.json") for name in ("base", "a", "b")]
+    code = main(["compare", "--base", files[0], "--method", files[1], "--method", files[2], *extra])
+    refused(capsys, code, *words)

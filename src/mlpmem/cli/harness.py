@@ -35,10 +35,11 @@ def check_arguments(args: argparse.Namespace) -> list[str]:
     """The task names of ``--tasks``, once ``--tasks``, ``--methods``, ``--limit`` and ``--output`` are checked (before
     any model loads or any item is scored): each a one-line :class:`~mlpmem.errors.ConfigError`."""
     from mlpmem.errors import ConfigError
+    from mlpmem.utils.names import name_list
 
-    tasks = names(args.tasks, "--tasks", "lm-eval task names")
+    tasks = name_list(args.tasks, "--tasks", "lm-eval task names")
     if args.methods is not None:
-        names(args.methods, "--methods", "methods")
+        name_list(args.methods, "--methods", "methods")
     if args.limit is not None and not (0 < args.limit < 1 or (args.limit >= 1 and args.limit == int(args.limit))):
         raise ConfigError(f"--limit must be a fraction of the items in (0, 1) or a whole number of items >= 1, got "
                           f"{args.limit:g}")
@@ -50,19 +51,6 @@ def check_arguments(args: argparse.Namespace) -> list[str]:
         raise ConfigError(f"--output {output} is a folder: give the path of the JSON file to write (a folder is "
                           "--output with --methods)")
     return tasks
-
-
-def names(text: str, option: str, what: str) -> list[str]:
-    """The comma-separated names of ``option``, each exactly as given: an empty list or an empty name (two commas,
-    a comma at an end) is refused."""
-    from mlpmem.errors import ConfigError
-
-    items = text.split(",")
-    if not text.strip():
-        raise ConfigError(f"{option} is empty: give comma-separated {what}")
-    if not all(item.strip() for item in items):
-        raise ConfigError(f"{option} {text!r} holds an empty name (two commas, or one at an end)")
-    return items
 
 
 def _one_pass(args: argparse.Namespace) -> dict:

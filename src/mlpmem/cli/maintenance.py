@@ -21,6 +21,7 @@ from mlpmem.maintenance.probes import read_probes
 from mlpmem.maintenance.update import update_run
 from mlpmem.pipeline.config import PipelineConfig
 from mlpmem.pipeline.run import Run
+from mlpmem.utils.names import name_list
 
 
 def open_run(folder: str, backbone: str | None = None, quiet: bool = False) -> Run:
@@ -54,9 +55,7 @@ def update(args: argparse.Namespace) -> None:
 
 
 def forget(args: argparse.Namespace) -> None:
-    wanted = args.docs.split(",") if args.docs else []
-    if not all(wanted):
-        raise MlpmemError(f"--docs {args.docs!r} holds an empty name (two commas, or one at an end)")
+    wanted = [] if args.docs is None else name_list(args.docs, "--docs", "document ids or names")
     run = open_run(args.run, args.backbone, args.quiet)
     probes = read_probes(args.probes) if args.probes else None
     summary = forget_run(run, wanted, _config(args), abort=args.abort, probes=probes)
