@@ -114,3 +114,26 @@ def test_compare_takes_each_name_exactly(tmp_path, capsys, extra, words):
     files = [str(tmp_path / f"{name}.json") for name in ("base", "a", "b")]
     code = main(["compare", "--base", files[0], "--method", files[1], "--method", files[2], *extra])
     refused(capsys, code, *words)
+
+
+# --- update --add: each document taken as given -----------------------------------------------------------------
+
+ALPHA, BETA = "Alpha harbour boats sail at dawn past the breakwater.", "Beta gulls circle the mast above the quay."
+
+
+@pytest.mark.parametrize("records, words", [
+    ([{"id": 5, "text": ALPHA}], ["new.jsonl:1", "field 'id' must be a non-empty string", "got 5"]),
+    ([{"id": None, "text": ALPHA}], ["field 'id' must be a non-empty string", "got None"]),
+    ([{"id": "", "text": ALPHA}], ["field 'id' must be a non-empty string"]),
+    ([{"id": "x", "text": "  "}], ["document 'x' has a blank text"]),
+    ([{"id": "a", "text": ALPHA}, {"id": "a", "text": BETA}], ["the name 'a' is given to two texts"]),
+    ([{"id": "a", "text": ALPHA}, {"id": "b", "text": ALPHA}], ["documents 'a' and 'b' have the same text"]),
+    ([{"id": "doc3", "text": ALPHA}], ["'doc3' has the name or id of a document the run holds"]),
+])
+def test_update_takes_each_document_as_given(run, tmp_path, capsys, records, words):
+    from mlpmem.utils.io import write_jsonl
+
+    write_jsonl(tmp_path / "new.jsonl", records)
+    before = tree_digest(run)
+    refused(capsys, main(["update", str(run), "--add", str(tmp_path / "new.jsonl"), "--quiet"]), *words)
+    assert tree_digest(run) == before and not (run / "maintenance").exists()
