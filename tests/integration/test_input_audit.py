@@ -137,3 +137,70 @@ def test_update_takes_each_document_as_given(run, tmp_path, capsys, records, wor
     before = tree_digest(run)
     refused(capsys, main(["update", str(run), "--add", str(tmp_path / "new.jsonl"), "--quiet"]), *words)
     assert tree_digest(run) == before and not (run / "maintenance").exists()
+
+
+# --- files written where the user says: never over a file mlpmem did not write ------------------------------------
+
+
+@pytest.fixture()
+def mine(tmp_path) -> Path:
+    """A user's folder: a file of theirs and an empty folder."""
+    (tmp_path / "mine" / "folder").mkdir(parents=True)
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    return tmp_path / "mine"
+
+
+@pytest.mark.parametrize("option", ["--html", "--json"])
+@pytest.mark.parametrize("target, words", [
+    ("notes.txt", ["refusing to replace it", "not an earlier output of"]),
+    ("folder", ["is a folder"]),
+    ("notes.txt/page", ["notes.txt is a file, not a folder"]),
+])
+def test_explain_never_writes_over_a_users_file(run, mine, capsys, monkeypatch, option, target, words):
+    import mlpmem.cli.maintenance
+
+    monkeypatch.setattr(mlpmem.cli.maintenance, "explain_run", lambda *a: pytest.fail("explained before checking"))
+    before = tree_digest(mine)
+    refused(capsys, main(["explain", str(run), "--prompt", "The", option, str(mine / target), "--quiet"]),
+            option, *words)
+    assert tree_digest(mine) == before
+
+
+def test_explain_replaces_its_own_page_but_not_a_runs_report(run, mine, capsys):
+    before = tree_digest(run)
+    refused(capsys, main(["explain", str(run), "--prompt", "The", "--html", str(run / "report.md"), "--quiet"]),
+            "not an earlier output of --html")
+    refused(capsys, main(["explain", str(run), "--prompt", "The", "--html", str(mine / "e"), "--json",
+                          str(mine / "e"), "--quiet"]), "both name")
+    assert tree_digest(run) == before
+    for _ in range(2):  # the second time over its own files
+        assert main(["explain", str(run), "--prompt", "The", "--html", str(mine / "e.html"), "--json",
+                     str(mine / "e.json"), "--quiet"]) == 0
+    assert (mine / "notes.txt").read_text() == "mine" and '"prompt": "The"' in (mine / "e.json").read_text()
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--out", "MINE/notes.txt"], ["--out", "not an earlier output of --out"]),
+    (["--out", "MINE/folder"], ["--out", "is a folder"]),
+    (["--copy-reports", "MINE/notes.txt"], ["--copy-reports", "notes.txt is a file, not a folder"]),
+    (["--copy-reports", "MINE"], ["--copy-reports", "run/report.md", "not an earlier output"]),
+    (["RUN"], ["are one run"]),
+    (["OTHER", "--copy-reports", "MINE"], ["share the folder name 'run'"]),
+])
+def test_summarize_never_writes_over_a_users_file(run, mine, tmp_path, capsys, extra, words):
+    other = tmp_path / "other" / "run"
+    other.mkdir(parents=True)
+    (mine / "run").mkdir()
+    (mine / "run" / "report.md").write_text("# my own report")
+    before = tree_digest(mine)
+    paths = {"RUN": str(run), "OTHER": str(other)}
+    refused(capsys, main(["summarize", str(run), *[paths.get(a, a.replace("MINE", str(mine))) for a in extra]]),
+            *words)
+    assert tree_digest(mine) == before
+
+
+def test_summarize_replaces_its_own_table_and_copies(run, tmp_path):
+    for _ in range(2):  # the second time over its own files
+        assert main(["summarize", str(run), "--out", str(tmp_path / "t.md"), "--copy-reports",
+                     str(tmp_path / "docs")]) == 0
+    assert (tmp_path / "docs" / "run" / "report.md").read_bytes() == (run / "report.md").read_bytes()

@@ -8,14 +8,13 @@ them from a YAML file first. Imported only when one of the commands runs.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from mlpmem.errors import MlpmemError
 from mlpmem.layout import RunLayout
 from mlpmem.maintenance.config import MaintenanceConfig, load_maintenance_config
 from mlpmem.maintenance.explain import explain_run, format_text
-from mlpmem.maintenance.explain_html import write_html
+from mlpmem.maintenance.explain_html import check_outputs, write_html, write_json
 from mlpmem.maintenance.forget import forget_run
 from mlpmem.maintenance.probes import read_probes
 from mlpmem.maintenance.update import update_run
@@ -77,10 +76,11 @@ def explain(args: argparse.Namespace) -> None:
         raise MlpmemError("--prompt is empty: give the text to explain")
     if args.max_new_tokens < 0:
         raise MlpmemError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
+    check_outputs(args.html, args.json)
     run = open_run(args.run, args.backbone, args.quiet)
     explanation = explain_run(run, args.prompt, _config(args).explain, args.max_new_tokens)
     print(format_text(explanation))
     if args.html:
         print(f"\nhtml: {write_html(explanation, args.html)}")
     if args.json:
-        Path(args.json).write_text(json.dumps(explanation, default=lambda o: o.__dict__, indent=1) + "\n")
+        write_json(explanation, args.json)
