@@ -204,3 +204,27 @@ def test_summarize_replaces_its_own_table_and_copies(run, tmp_path):
         assert main(["summarize", str(run), "--out", str(tmp_path / "t.md"), "--copy-reports",
                      str(tmp_path / "docs")]) == 0
     assert (tmp_path / "docs" / "run" / "report.md").read_bytes() == (run / "report.md").read_bytes()
+
+
+# --- lm-eval --model-args: each KEY=VALUE taken exactly, checked before any model loads ----------------------------
+
+
+@pytest.mark.parametrize("model_args, extra, words", [
+    ("run=RUN,lamb=0.5", [], ["takes no lamb=", "lam"]),
+    ("run=RUN, lam=0.5", [], ["' lam' has a space at an end"]),
+    ("run=RUN,lam=0.2,lam=0.5", [], ["lam= twice"]),
+    ("run=RUN,,lam=0.5", [], ["empty item"]),
+    ("run=RUN,lam", [], ["'lam' is not KEY=VALUE"]),
+    ("run=RUN,lam=1.5", [], ["lam must be in [0, 1], got 1.5"]),
+    ("run=RUN,lam=-0.1", [], ["lam must be in [0, 1]"]),
+    ("run=RUN,lam=0.5", ["--methods", "backbone"], ["lam= applies to none of --methods backbone"]),
+    ("pretrained=RUN,max_lenght=9", ["--model", "hf"], ["hf model type takes no max_lenght="]),
+])
+def test_lm_eval_model_args_are_taken_exactly(run, capsys, monkeypatch, model_args, extra, words):
+    import mlpmem.evaluation.harness as harness
+    import mlpmem.evaluation.one_pass as one_pass
+
+    monkeypatch.setattr(harness, "evaluate", lambda *a, **k: pytest.fail("scored before its arguments were checked"))
+    monkeypatch.setattr(one_pass.OnePass, "models", lambda *a: pytest.fail("loaded before its arguments were checked"))
+    code = main(["lm-eval", "--tasks", "tiny_ll", "--model-args", model_args.replace("RUN", str(run)), *extra])
+    refused(capsys, code, *words)
