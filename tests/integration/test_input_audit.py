@@ -228,3 +228,34 @@ def test_lm_eval_model_args_are_taken_exactly(run, capsys, monkeypatch, model_ar
     monkeypatch.setattr(one_pass.OnePass, "models", lambda *a: pytest.fail("loaded before its arguments were checked"))
     code = main(["lm-eval", "--tasks", "tiny_ll", "--model-args", model_args.replace("RUN", str(run)), *extra])
     refused(capsys, code, *words)
+
+
+# --- the Python API: augmented_from_run and save_pretrained take their arguments or refuse them -------------------
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"gate": "false"}, ["gate must be True or False"]),
+    ({"gate_offset": 1.0}, ["gate_offset needs gate=True"]),
+    ({"gate_floor": 0.2}, ["gate_floor needs gate=True"]),
+    ({"lam": 0.3, "gate": True}, ["exclude each other"]),
+    ({"lam": 1.5}, ["lam must be in [0, 1]"]),
+    ({"lam": "0.3"}, ["'auto' or a number"]),
+])
+def test_augmented_from_run_refuses_what_it_would_ignore(run, kwargs, words):
+    from mlpmem.pipeline.hf_export import augmented_from_run
+
+    with pytest.raises(ConfigError) as exc:
+        augmented_from_run(run, **kwargs)
+    assert "\n" not in str(exc.value) and all(word in str(exc.value) for word in words), str(exc.value)
+
+
+def test_save_pretrained_refuses_what_it_would_ignore(run, tmp_path):
+    from mlpmem.pipeline.hf_export import augmented_from_run
+
+    model = augmented_from_run(run)
+    for kwargs, words in (({"push_to_hub": True}, "push_to_hub=True) is not supported"),
+                          ({"max_shard_size": "1GB"}, "max_shard_size='1GB'"), ({"safe": True}, "takes no safe=")):
+        with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
+            model.save_pretrained(tmp_path / "saved", **kwargs)
+        assert not (tmp_path / "saved").exists()
+    assert model.save_pretrained(tmp_path / "saved", push_to_hub=False, is_main_process=True).is_dir()
