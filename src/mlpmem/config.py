@@ -14,6 +14,7 @@ YAML file or the name of a preset shipped inside the package (``mlpmem/configs/<
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 import types
 import typing
@@ -105,6 +106,8 @@ def check_value(value: Any, hint, where: str) -> Any:
             return value
         if isinstance(value, dict):
             return from_dict(hint, value, where)
+        raise ConfigError(f"{where} is a section: give its keys ({where}.KEY=VALUE, or {where}: {{KEY: VALUE}} in "
+                          f"YAML), not {value!r}")
     elif origin in (list, tuple) or hint in (list, tuple):
         if isinstance(value, (list, tuple)):
             if origin is tuple and args and args[-1] is not Ellipsis:
@@ -200,10 +203,18 @@ def read_yaml(path: str | Path) -> dict:
 
 
 def apply_override(raw: dict, item: str) -> None:
-    """Apply a dotted ``key.sub=value`` override (value parsed as YAML) to a raw config dict."""
+    """Apply a dotted ``key.sub=value`` override (value parsed as YAML) to a raw config dict. A mapping given for a
+    section is merged into the section (``train={epochs: 1}`` changes ``train.epochs`` alone, the section's other
+    keys stay as the file gives them); an empty value is refused (``null`` is written out)."""
     if "=" not in item:
         raise ConfigError(f"override {item!r} is not of the form key.sub=value")
-    key, value = item.split("=", 1)
+    key, text = item.split("=", 1)
+    if not text.strip():
+        raise ConfigError(f"override {item!r} has no value: give one after the '=' (null for none)")
+    try:
+        value = load_yaml(text)
+    except (ConfigError, yaml.YAMLError) as exc:
+        raise ConfigError(f"override {item!r}: {str(exc).splitlines()[0]}") from None
     node = raw
     *parents, leaf = key.split(".")
     for part in parents:
@@ -211,10 +222,34 @@ def apply_override(raw: dict, item: str) -> None:
         if not isinstance(child, dict):
             raise ConfigError(f"override {item!r}: {part} is a value, not a section")
         node = child
-    try:
-        node[leaf] = load_yaml(value)
-    except (ConfigError, yaml.YAMLError) as exc:
-        raise ConfigError(f"override {item!r}: {str(exc).splitlines()[0]}") from None
+    node[leaf] = _merged(node.get(leaf), value)
+
+
+def _merged(old, new):
+    """``new`` over ``old``: mappings key by key (recursively), anything else replaced."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return {**old, **{k: _merged(old.get(k), v) for k, v in new.items()}}
+    return new
+
+
+def check_overrides(items: list[str], option: str = "--set") -> None:
+    """Refuse a key given twice among a command line's overrides (the first value would be dropped silently)."""
+    seen: dict[str, str] = {}
+    for item in items:
+        key = item.split("=", 1)[0]
+        if key in seen:
+            raise ConfigError(f"{option} {key} is given twice ({seen[key]!r}, then {item!r}): give it once")
+        seen[key] = item
+
+
+def _did_you_mean(raw: dict, names: set[str]) -> str:
+    """``: did you mean 'epochs'?`` for an unknown key close to a known one (a typo, a case slip), else ``""``."""
+    for key in raw:
+        if key not in names and isinstance(key, str):
+            close = difflib.get_close_matches(key.strip().lower(), sorted(names), n=1, cutoff=0.75)
+            if close:
+                return f": did you mean {close[0]!r}?"
+    return ""
 
 
 def from_dict(cls, raw: dict, where: str = ""):
@@ -223,9 +258,10 @@ def from_dict(cls, raw: dict, where: str = ""):
     if not isinstance(raw, dict):
         raise ConfigError(f"config section {section} must be a mapping, got {raw!r}")
     names = {f.name for f in dataclasses.fields(cls) if f.init}
-    unknown = set(raw) - names
+    unknown = sorted((repr(k) for k in raw if k not in names), key=str)
     if unknown:
-        raise ConfigError(f"unknown config key(s) {sorted(unknown)} in {section} ({cls.__name__})")
+        raise ConfigError(f"unknown config key(s) [{', '.join(unknown)}] in {section} ({cls.__name__})"
+                          + _did_you_mean(raw, names))
     hints = typing.get_type_hints(cls)
     kwargs = {}
     for name, value in raw.items():

@@ -52,3 +52,10 @@ def tree_state(folder: Path) -> dict[str, tuple[int, int]]:
     """Every file under ``folder`` (but a lock) with its size and modification time: what a reader leaves as it was."""
     return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.rglob("*"))
             if p.is_file() and p.name != ".lock"}
+
+
+def overridden(base: list[str], argv: list[str]) -> list[str]:
+    """``base`` without its ``--set`` of the keys that ``argv`` sets (a key given twice is refused)."""
+    keys = {argv[i + 1].split("=")[0] for i, word in enumerate(argv) if word == "--set"}
+    drop = {i for i, word in enumerate(base) if word == "--set" and base[i + 1].split("=")[0] in keys}
+    return [word for i, word in enumerate(base) if i not in drop and i - 1 not in drop]

@@ -10,6 +10,7 @@ import pytest
 import mlpmem.cli.stages
 from helpers.corpus import write_corpus
 from helpers.paths import ROOT
+from helpers.runs import overridden
 from mlpmem.cli import main
 from mlpmem.cli.guard import EXIT_CODES
 from mlpmem.errors import ConfigError
@@ -46,8 +47,8 @@ def base(tmp_path, tiny_backbone_dir):
 CASES = {
     "missing corpus.path": (["datastore", "{base}", "--set", "corpus.path={tmp}/nowhere"], "corpus.path"),
     "run_dir=123": (["datastore", "{base}", "--set", "run_dir=123"], "run_dir must be str"),
-    "train=5": (["run", "{base}", "--set", "train=5"], "train must be TrainConfig"),
-    "backbone=PATH": (["datastore", "{base}", "--set", "backbone={tmp}"], "backbone must be BackboneConfig"),
+    "train=5": (["run", "{base}", "--set", "train=5"], "train is a section"),
+    "backbone=PATH": (["datastore", "{base}", "--set", "backbone={tmp}"], "backbone is a section"),
     "list YAML with --set": (["datastore", "{tmp}/list.yaml", "--set", "seed=1"], "must hold a mapping"),
     "a folder as the config": (["datastore", "{tmp}"], "is a folder, not a YAML file"),
     "backbone.layer=top": (["datastore", "{base}", "--set", "backbone.layer=top"], "backbone.layer must be int"),
@@ -80,7 +81,7 @@ def test_every_user_mistake_is_one_line(case, base, tmp_path, capsys):
     words = [w.format(tmp=tmp_path) for w in words]
     expanded = []
     for word in argv:
-        expanded.extend(base if word == "{base}" else [word.format(tmp=tmp_path)])
+        expanded.extend(overridden(base, argv) if word == "{base}" else [word.format(tmp=tmp_path)])
     before = sorted(p.name for p in tmp_path.iterdir())
     assert run_cli(expanded) == EXIT_CODES["error"]
     error_line(capsys, 2, *words)

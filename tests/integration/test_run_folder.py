@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 
 from helpers.fast import quiet_and_fast  # noqa: F401 (autouse: no fsync, one thread)
 from helpers.paths import SRC
-from helpers.runs import copy_run, corpus_of
+from helpers.runs import copy_run, corpus_of, overridden
 from mlpmem.cli import main
 from mlpmem.config import read_yaml
 from mlpmem.errors import CorruptArtifact, RunBusy
@@ -50,7 +50,7 @@ def run(finished, tmp_path):
     copy_run(source, folder)
 
     def cli(command, *extra, config=TINY):
-        return main([command, str(config), *common, "--set", f"run_dir={folder}", *extra])
+        return main([command, str(config), *overridden(common, list(extra)), "--set", f"run_dir={folder}", *extra])
 
     return folder, cli
 

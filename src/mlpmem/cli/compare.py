@@ -11,13 +11,19 @@ import json
 from pathlib import Path
 
 from mlpmem.errors import ConfigError
+from mlpmem.utils.names import name_list
 
 
 def _names(args: argparse.Namespace) -> list[str]:
-    names = args.names or [Path(p).stem for p in args.method]
+    names = [Path(p).stem for p in args.method] if args.names is None else _given(args.names, "--names", "names")
     if len(names) != len(args.method) or len(set(names)) != len(names):
         raise ConfigError(f"--names needs one distinct name per --method ({len(args.method)}), got {names}")
     return names
+
+
+def _given(items: list[str], option: str, what: str) -> list[str]:
+    """``option``'s list (split at its commas by the parser) checked as given: see :func:`name_list`."""
+    return name_list(",".join(items), option, what)
 
 
 def compare(args: argparse.Namespace) -> None:
@@ -26,9 +32,9 @@ def compare(args: argparse.Namespace) -> None:
     from mlpmem.evaluation.stats import BootstrapConfig
 
     cfg = BootstrapConfig(resamples=args.resamples, seed=args.seed)
+    names, tasks = _names(args), None if args.tasks is None else _given(args.tasks, "--tasks", "task names")
     base = load_results(args.base)
-    rows = {name: compare_results(base, load_results(path), args.tasks, cfg)
-            for name, path in zip(_names(args), args.method)}
+    rows = {name: compare_results(base, load_results(path), tasks, cfg) for name, path in zip(names, args.method)}
     text = table(rows, args.base_name)
     print(text)
     if args.out:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 
+from mlpmem.config import check_overrides
 from mlpmem.errors import MlpmemError
 from mlpmem.pipeline import require
 from mlpmem.pipeline.config import PipelineConfig
@@ -23,6 +24,7 @@ def gate(args: argparse.Namespace) -> None:
 def gate_measured(args: argparse.Namespace, measure: Measure | None = None) -> dict:
     """:func:`gate` with ``measure``'s fields added to the gate's entry (see :func:`mlpmem.pipeline.gate.stage_gate`);
     returns the entry."""
+    check_overrides(args.set)
     cfg = PipelineConfig.from_yaml(args.config, args.set)
     check_config_home(args.config, cfg.run_dir, args.set)
     run = Run(cfg, progress=not args.quiet, config_file=args.config)

@@ -35,10 +35,15 @@ def check_arguments(args: argparse.Namespace) -> list[str]:
     """The task names of ``--tasks``, once ``--tasks``, ``--methods``, ``--limit`` and ``--output`` are checked (before
     any model loads or any item is scored): each a one-line :class:`~mlpmem.errors.ConfigError`."""
     from mlpmem.errors import ConfigError
+    from mlpmem.evaluation.model_args import check_method_args, parse_model_args
+    from mlpmem.utils.names import name_list
 
-    tasks = names(args.tasks, "--tasks", "lm-eval task names")
+    tasks = name_list(args.tasks, "--tasks", "lm-eval task names")
     if args.methods is not None:
-        names(args.methods, "--methods", "methods")
+        name_list(args.methods, "--methods", "methods")
+    given = parse_model_args(args.model_args, "mlpmem" if args.methods else args.model)  # --methods: mlpmem's
+    if args.model == "mlpmem" and args.methods is None:
+        check_method_args(given)
     if args.limit is not None and not (0 < args.limit < 1 or (args.limit >= 1 and args.limit == int(args.limit))):
         raise ConfigError(f"--limit must be a fraction of the items in (0, 1) or a whole number of items >= 1, got "
                           f"{args.limit:g}")
@@ -50,19 +55,6 @@ def check_arguments(args: argparse.Namespace) -> list[str]:
         raise ConfigError(f"--output {output} is a folder: give the path of the JSON file to write (a folder is "
                           "--output with --methods)")
     return tasks
-
-
-def names(text: str, option: str, what: str) -> list[str]:
-    """The comma-separated names of ``option``, each exactly as given: an empty list or an empty name (two commas,
-    a comma at an end) is refused."""
-    from mlpmem.errors import ConfigError
-
-    items = text.split(",")
-    if not text.strip():
-        raise ConfigError(f"{option} is empty: give comma-separated {what}")
-    if not all(item.strip() for item in items):
-        raise ConfigError(f"{option} {text!r} holds an empty name (two commas, or one at an end)")
-    return items
 
 
 def _one_pass(args: argparse.Namespace) -> dict:
@@ -80,6 +72,9 @@ def _one_pass(args: argparse.Namespace) -> dict:
     common = simple_parse_args_string(args.model_args or "")
     if "method" in common:
         raise ConfigError("with --methods, leave method= out of --model-args")
+    unused = sorted(set(common) - {"run"} - {k for m in methods for k in OPTIONS[m]})
+    if unused:
+        raise ConfigError(f"--model-args {unused[0]}= applies to none of --methods {args.methods}: leave it out")
     one = OnePass({m: {"method": m, **{k: v for k, v in common.items() if k == "run" or k in OPTIONS[m]}}
                    for m in methods})
     return one.models(int(args.batch_size) if str(args.batch_size).isdigit() else 8)

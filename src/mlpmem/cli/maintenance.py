@@ -8,19 +8,19 @@ them from a YAML file first. Imported only when one of the commands runs.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from mlpmem.errors import MlpmemError
 from mlpmem.layout import RunLayout
 from mlpmem.maintenance.config import MaintenanceConfig, load_maintenance_config
 from mlpmem.maintenance.explain import explain_run, format_text
-from mlpmem.maintenance.explain_html import write_html
+from mlpmem.maintenance.explain_html import check_outputs, write_html, write_json
 from mlpmem.maintenance.forget import forget_run
 from mlpmem.maintenance.probes import read_probes
 from mlpmem.maintenance.update import update_run
 from mlpmem.pipeline.config import PipelineConfig
 from mlpmem.pipeline.run import Run
+from mlpmem.utils.names import name_list
 
 
 def open_run(folder: str, backbone: str | None = None, quiet: bool = False) -> Run:
@@ -54,9 +54,7 @@ def update(args: argparse.Namespace) -> None:
 
 
 def forget(args: argparse.Namespace) -> None:
-    wanted = args.docs.split(",") if args.docs else []
-    if not all(wanted):
-        raise MlpmemError(f"--docs {args.docs!r} holds an empty name (two commas, or one at an end)")
+    wanted = [] if args.docs is None else name_list(args.docs, "--docs", "document ids or names")
     run = open_run(args.run, args.backbone, args.quiet)
     probes = read_probes(args.probes) if args.probes else None
     summary = forget_run(run, wanted, _config(args), abort=args.abort, probes=probes)
@@ -78,10 +76,11 @@ def explain(args: argparse.Namespace) -> None:
         raise MlpmemError("--prompt is empty: give the text to explain")
     if args.max_new_tokens < 0:
         raise MlpmemError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
+    check_outputs(args.html, args.json)
     run = open_run(args.run, args.backbone, args.quiet)
     explanation = explain_run(run, args.prompt, _config(args).explain, args.max_new_tokens)
     print(format_text(explanation))
     if args.html:
         print(f"\nhtml: {write_html(explanation, args.html)}")
     if args.json:
-        Path(args.json).write_text(json.dumps(explanation, default=lambda o: o.__dict__, indent=1) + "\n")
+        write_json(explanation, args.json)

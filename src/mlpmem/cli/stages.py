@@ -10,6 +10,7 @@ import argparse
 import json
 
 from mlpmem.compute import model_device
+from mlpmem.config import check_overrides
 from mlpmem.errors import MlpmemError
 from mlpmem.inference.gate_io import load_gate
 from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
@@ -32,6 +33,7 @@ RESULTS = "run results (run `mlpmem eval` first)"
 
 
 def _run(args: argparse.Namespace) -> Run:
+    check_overrides(args.set)
     cfg = PipelineConfig.from_yaml(args.config, args.set)
     check_config_home(args.config, cfg.run_dir, args.set)
     return Run(cfg, progress=not args.quiet, config_file=args.config)

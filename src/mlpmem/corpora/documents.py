@@ -39,7 +39,7 @@ def _read_text(path: Path) -> str:
         raise CorpusError(f"{path} is not UTF-8 (invalid byte at offset {exc.start})") from None
 
 
-def _iter_jsonl(path: Path):
+def iter_jsonl(path: Path):
     """Documents of a JSONL file, read one line at a time (the file is never held whole)."""
     with path.open("rb") as f:
         if b"\x00" in f.read(8192):
@@ -58,7 +58,10 @@ def _iter_jsonl(path: Path):
                 raise CorpusError(f"{path}:{lineno} is not valid JSON") from None
             if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
                 raise CorpusError(f"{path}:{lineno} has no string field 'text'")
-            yield Document(str(obj.get("id", f"{path.stem}:{lineno}")), obj["text"])
+            if "id" in obj and not (isinstance(obj["id"], str) and obj["id"].strip()):
+                raise CorpusError(f"{path}:{lineno}: field 'id' must be a non-empty string (a document's name), got "
+                                  f"{obj['id']!r}: write it as a string, or leave it out")
+            yield Document(obj.get("id", f"{path.stem}:{lineno}"), obj["text"])
 
 
 def iter_documents(path: str | Path):
@@ -72,7 +75,7 @@ def iter_documents(path: str | Path):
     else:
         files = [path]
     for file in files:
-        docs = _iter_jsonl(file) if file.suffix == ".jsonl" else [Document(file.stem, _read_text(file))]
+        docs = iter_jsonl(file) if file.suffix == ".jsonl" else [Document(file.stem, _read_text(file))]
         yield from (d for d in docs if d.text.strip())
 
 

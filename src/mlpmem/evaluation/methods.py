@@ -116,6 +116,8 @@ class MethodArgs:
         for key in ("gate_offset", "gate_floor", "gate_dir"):
             if getattr(self, key) != defaults[key].default and not self.gate:
                 raise ConfigError(f"{key}= needs gate=true")
+        if self.gate and self.lam != AUTO:
+            raise ConfigError("lam= and gate=true exclude each other: the gate sets λ_t at every position")
         if "weights" in OPTIONS[method] and self.weights is None:
             raise ConfigError(f"method={method} needs weights=<folder written by save_finetuned>")
         if self.lam != AUTO:

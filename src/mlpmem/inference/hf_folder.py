@@ -4,6 +4,7 @@ file the record of an earlier save (``mlpmem-files.json``) lists."""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import torch
@@ -155,3 +156,18 @@ def check_replaceable(target: Path) -> None:
         listed = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
         raise ConfigError(f"refusing to replace {target}: it is {what} and holds files a save did not write "
                           f"({listed}): save to a new or empty folder")
+
+
+def check_save_kwargs(kwargs: dict) -> None:
+    """Refuse a keyword of transformers' ``save_pretrained`` that a memory-augmented save would ignore: one it does
+    not name, or one given another value than its default (``push_to_hub=True``: the save is one local folder)."""
+    from transformers import PreTrainedModel
+
+    params = inspect.signature(PreTrainedModel.save_pretrained).parameters
+    for key, value in kwargs.items():
+        if key not in params or key in ("self", "save_directory", "kwargs"):
+            raise ConfigError(f"save_pretrained() takes no {key}= argument")
+        default = params[key].default
+        if not (value is default or (type(value) is type(default) and value == default)):
+            raise ConfigError(f"save_pretrained({key}={value!r}) is not supported: a memory-augmented model saves one "
+                              f"local folder, with {key}={default!r}")

@@ -51,6 +51,7 @@ from mlpmem.inference.hf_folder import (
     MEMORY_DIR,
     backbone_reference,
     check_replaceable,
+    check_save_kwargs,
     load_folder_memory,
     load_named_backbone,
     read_config,
@@ -249,8 +250,10 @@ class MemoryAugmentedForCausalLM(MixingHooks, BackboneWrapper, PreTrainedModel, 
         user's files, is refused in one line).
 
         The backbone is saved by reference unless ``copy_backbone`` (then into ``backbone/``); other keyword
-        arguments of transformers' ``save_pretrained`` are accepted and ignored.
+        arguments of transformers' ``save_pretrained`` are accepted at their defaults only (anything else would be
+        ignored: it is refused in one line).
         """
+        check_save_kwargs(kwargs)
         if self.tokenizer is None:
             raise ConfigError("saving needs the backbone's tokenizer: build the model with tokenizer=...")
         target = Path(save_directory)

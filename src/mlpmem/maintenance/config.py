@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from mlpmem.config import Config, apply_override, from_dict, read_yaml
+from mlpmem.config import Config, apply_override, check_overrides, from_dict, read_yaml
 from mlpmem.errors import ConfigError
 
 
@@ -114,6 +114,7 @@ class MaintenanceConfig(Config):
 
 def load_maintenance_config(path: str | Path | None = None, overrides: list[str] | None = None) -> MaintenanceConfig:
     """The defaults, or ``path`` (YAML), with dotted ``key.sub=value`` overrides applied."""
+    check_overrides(overrides or [])
     raw = read_yaml(path) if path is not None else {}
     for item in overrides or []:
         apply_override(raw, item)

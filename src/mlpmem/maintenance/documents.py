@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from mlpmem.corpora.documents import Document, iter_documents
+from mlpmem.corpora.documents import Document, iter_documents, iter_jsonl
 from mlpmem.corpora.tokens import open_tokens
 from mlpmem.errors import CorpusError, MlpmemError
 from mlpmem.utils.shards import MANIFEST, read_json
@@ -38,21 +39,52 @@ class NewDocument:
     id: str
     name: str
     text: str
+    named: bool = True
+    """The name was given by the user (else it is the file's ``stem:line``)."""
 
 
 def read_new_documents(path: str | Path) -> list[NewDocument]:
     """The documents of ``path``: a ``.jsonl`` file (one record a line, ``text`` and an optional ``id``, used as
-    the name) or a text file (one document a line); blank lines are skipped."""
+    the name) or a text file (one document a line); blank lines are skipped. A record with a blank text, one name
+    given to two texts or one text given two names is refused: each document is taken as given, or not at all (a
+    record repeated whole is one document, skipped and counted by the update)."""
     path = Path(path)
     if not path.is_file():
         raise CorpusError(f"documents file {path} not found (a .jsonl of {{'text', 'id'}} or a text file, "
                           "one document a line)")
     if path.suffix == ".jsonl":
-        docs = [Document(d.id, d.text) for d in iter_documents(path)]
+        docs = list(iter_jsonl(path))
     else:
         lines = text_lines(path)
         docs = [Document(f"{path.stem}:{n}", line) for n, line in lines]
-    return [NewDocument(doc_id(d.text), d.id, d.text) for d in docs]
+    new = [NewDocument(doc_id(d.text), d.id, d.text, not re.fullmatch(rf"{re.escape(path.stem)}:\d+", d.id))
+           for d in docs]
+    check_given_once(new, path)
+    return new
+
+
+def check_given_once(docs: list[NewDocument], path: Path) -> None:
+    """Refuse, in one file, a blank document, a name given to two texts, or a text given two names by the user."""
+    names: dict[str, NewDocument] = {}
+    texts: dict[str, NewDocument] = {}
+    for doc in docs:
+        if not doc.text.strip():
+            raise CorpusError(f"{path}: document {doc.name!r} has a blank text: give its text or remove it")
+        if names.setdefault(doc.name, doc).id != doc.id:
+            raise CorpusError(f"{path}: the name {doc.name!r} is given to two texts: give each its own name")
+        first = texts.setdefault(doc.id, doc)
+        if first.name != doc.name and (first.named or doc.named):
+            raise CorpusError(f"{path}: documents {first.name!r} and {doc.name!r} have the same text: give it once")
+
+
+def check_new_names(fresh: list[NewDocument], held: Holdings) -> None:
+    """Refuse a new document the user named as a document the run holds (an id or a name): ``forget`` would take
+    both."""
+    taken = held.keys()
+    clash = [d for d in fresh if d.named and d.name in taken]
+    if clash:
+        raise MlpmemError(f"the new document {clash[0].name!r} has the name or id of a document the run holds (another "
+                          "text): give it another name")
 
 
 def text_lines(path: Path) -> list[tuple[int, str]]:

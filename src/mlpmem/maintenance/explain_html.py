@@ -10,11 +10,18 @@ external file: the page opens anywhere.
 
 from __future__ import annotations
 
+import json
 from html import escape
 from pathlib import Path
 
+from mlpmem.errors import ConfigError
 from mlpmem.maintenance.explain import Explanation, Support, TokenRow
-from mlpmem.utils.shards import atomic_write_bytes
+from mlpmem.utils.outputs import check_output_file, write_output
+
+HEAD = '<!doctype html><html><head><meta charset="utf-8"><title>mlpmem explain</title>'
+"""How every page opens (its signature: a file that opens otherwise is not replaced)."""
+JSON_HEAD = b'{\n "run": '
+"""How the JSON of an explanation opens (``run`` is its first field)."""
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; max-width: 70em; color: #222; }
@@ -74,8 +81,7 @@ def _table(rows: list[TokenRow]) -> str:
 def render_html(explanation: Explanation) -> str:
     """The page (see the module docstring)."""
     lam = "" if explanation.lam is None else f"; generated tokens (underlined) at λ = {explanation.lam:g}"
-    return ("<!doctype html><html><head><meta charset=\"utf-8\"><title>mlpmem explain</title>"
-            f"<style>{STYLE}</style></head><body><h1>Where the memory's predictions come from</h1>"
+    return (HEAD + f"<style>{STYLE}</style></head><body><h1>Where the memory's predictions come from</h1>"
             f"<p>Run <code>{escape(explanation.run)}</code>; neighbours in its datastore: k = {explanation.k}, "
             f"T = {explanation.temperature:g}{escape(lam)}. A document's weight is the kNN weight of its neighbours "
             "that hold the token; the weights of all documents sum to p_kNN of that token. Sources in context: the "
@@ -83,8 +89,21 @@ def render_html(explanation: Explanation) -> str:
             f"<p class=\"text\">{_text(explanation.rows)}</p>{_table(explanation.rows)}</body></html>\n")
 
 
+def check_outputs(html: str | None, json_path: str | None) -> None:
+    """Refuse ``explain --html``/``--json`` paths before any work: a folder, a path under a file, a file mlpmem
+    did not write (:mod:`mlpmem.utils.outputs`), or both options naming one file."""
+    if html:
+        check_output_file(html, "--html", HEAD.encode())
+    if json_path:
+        check_output_file(json_path, "--json", JSON_HEAD)
+    if html and json_path and Path(html).resolve() == Path(json_path).resolve():
+        raise ConfigError(f"--html and --json both name {html}: give each its own file")
+
+
 def write_html(explanation: Explanation, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, render_html(explanation).encode("utf-8"))
-    return path
+    return write_output(Path(path), render_html(explanation).encode("utf-8"))
+
+
+def write_json(explanation: Explanation, path: str | Path) -> Path:
+    text = json.dumps(explanation, default=lambda o: o.__dict__, indent=1) + "\n"
+    return write_output(Path(path), text.encode("utf-8"))

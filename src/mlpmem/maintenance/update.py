@@ -22,7 +22,7 @@ import numpy as np
 from mlpmem.corpora.documents import Document, encode_documents
 from mlpmem.datastore import KeyStore
 from mlpmem.maintenance.config import MaintenanceConfig
-from mlpmem.maintenance.documents import NewDocument, entry, read_new_documents
+from mlpmem.maintenance.documents import NewDocument, check_new_names, entry, read_new_documents
 from mlpmem.maintenance.finetune import (
     TuneSet,
     load_memory,
@@ -84,6 +84,7 @@ def update_run(run: Run, docs_path: str | Path, cfg: MaintenanceConfig, abort: b
             return {"discarded": op.pending.discard()}
         t0 = time.perf_counter()
         fresh, skipped = new_documents(read_new_documents(docs_path), op.held.ids())
+        check_new_names(fresh, op.held)
         if not fresh:
             return {"added": 0, "skipped": skipped, "rows_added": 0, "changed": False}
         seq = next_seq(op.ledger)

@@ -44,6 +44,18 @@ def run_lambda(run: Run, lam: float | str = AUTO) -> float:
     return check_lambda(lam, "lam")
 
 
+def check_gate_args(lam, gate, gate_offset, gate_dir, gate_floor) -> None:
+    """Refuse the gate's arguments that would be ignored: ``gate`` not a bool (``"false"`` is true), a gate setting
+    without ``gate=True``, or a ``lam`` with it (the gate sets λ_t at every position)."""
+    if not isinstance(gate, bool):
+        raise ConfigError(f"gate must be True or False, got {gate!r}")
+    given = {"gate_offset": gate_offset != 0.0, "gate_dir": gate_dir is not None, "gate_floor": gate_floor != 0.0}
+    if not gate and any(given.values()):
+        raise ConfigError(f"{next(k for k, v in given.items() if v)} needs gate=True (without it the fixed λ is used)")
+    if gate and lam != AUTO:
+        raise ConfigError(f"lam={lam!r} and gate=True exclude each other: the gate sets λ_t at every position")
+
+
 def augmented_from_run(run_dir: str | Path | Run, lam: float | str = AUTO, gate: bool = False,
                        gate_offset: float = 0.0, gate_dir: str | Path | None = None,
                        gate_floor: float = 0.0) -> MemoryAugmentedForCausalLM:
@@ -51,6 +63,7 @@ def augmented_from_run(run_dir: str | Path | Run, lam: float | str = AUTO, gate:
     the run's learned gate (``mlpmem gate``; or the one saved with this memory in ``gate_dir``), which then sets
     λ_t per position (its logit shifted by ``gate_offset``; λ_t below ``gate_floor`` exactly 0). ``run_dir`` may be
     a :class:`Run` already opened (its backbone, if loaded, is reused)."""
+    check_gate_args(lam, gate, gate_offset, gate_dir, gate_floor)
     run = run_dir if isinstance(run_dir, Run) else open_run(run_dir)
     require(run, ("train",))
     records.check_upstream(run, "train")

@@ -166,9 +166,13 @@ def summary_row(run_dir) -> dict:
     }
 
 
+SUMMARY_HEAD = "| run | tokens train / val / test |"
+"""How the summary table opens (``summarize --out`` replaces only a file that opens so)."""
+
+
 def summary_table(run_dirs) -> str:
     """One row per run: the retrieval-side measurements and the test perplexities."""
-    header = ["run", "tokens train / val / test", "keys tok/s", "teacher s (÷ keys)", "teacher B/token",
+    header = [*SUMMARY_HEAD.strip("| ").split(" | "), "keys tok/s", "teacher s (÷ keys)", "teacher B/token",
               "kNN-LM k, T, λ", "PPL backbone", "PPL kNN-LM", "PPL memory", "PPL memory + backbone (λ)",
               "tokens for 80 % of the mass, memory / backbone"]
     rows = []
