@@ -116,6 +116,19 @@ def test_compare_takes_each_name_exactly(tmp_path, capsys, extra, words):
     refused(capsys, code, *words)
 
 
+@pytest.mark.parametrize("name", ["compare.md", "compare.json", "delta.png"])
+def test_compare_out_never_writes_over_a_users_file(tmp_path, capsys, name):
+    for stem in ("base", "a"):
+        (tmp_path / f"{stem}.json").write_text("{}")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / name).write_text("my notes\n")
+    code = main(["compare", "--base", str(tmp_path / "base.json"), "--method", str(tmp_path / "a.json"),
+                 "--out", str(out)])
+    refused(capsys, code, "--out", name, "refusing to replace it")
+    assert (out / name).read_text() == "my notes\n" and sorted(p.name for p in out.iterdir()) == [name]
+
+
 # --- update --add: each document taken as given -----------------------------------------------------------------
 
 ALPHA, BETA = "Alpha harbour boats sail at dawn past the breakwater.", "Beta gulls circle the mast above the quay."

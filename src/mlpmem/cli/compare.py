@@ -12,6 +12,7 @@ from pathlib import Path
 
 from mlpmem.errors import ConfigError
 from mlpmem.utils.names import name_list
+from mlpmem.utils.outputs import PNG, check_output_file, check_output_folder, write_output
 
 
 def _names(args: argparse.Namespace) -> list[str]:
@@ -32,15 +33,23 @@ def compare(args: argparse.Namespace) -> None:
     from mlpmem.evaluation.stats import BootstrapConfig
 
     cfg = BootstrapConfig(resamples=args.resamples, seed=args.seed)
+    outputs = _outputs(args.out) if args.out else None  # checked before any work
     names, tasks = _names(args), None if args.tasks is None else _given(args.tasks, "--tasks", "task names")
     base = load_results(args.base)
     rows = {name: compare_results(base, load_results(path), tasks, cfg) for name, path in zip(names, args.method)}
     text = table(rows, args.base_name)
     print(text)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "compare.md").write_text(text + "\n")
+    if outputs:
+        write_output(outputs["compare.md"], (text + "\n").encode())
         summary = {"base": str(args.base), "bootstrap": cfg.to_dict(), "methods": rows_json(rows)}
-        (out / "compare.json").write_text(json.dumps(summary, indent=1) + "\n")
-        print(f"table: {out / 'compare.md'}\nplot: {plot_deltas(rows, out / 'delta.png', args.base_name)}")
+        write_output(outputs["compare.json"], (json.dumps(summary, indent=1) + "\n").encode())
+        print(f"table: {outputs['compare.md']}\nplot: {plot_deltas(rows, outputs['delta.png'], args.base_name)}")
+
+
+SIGNATURES = {"compare.md": b"| method | task | metric |", "compare.json": b"{", "delta.png": PNG}
+"""The files ``--out`` holds and how each one opens: a file of that name that opens otherwise is the user's."""
+
+
+def _outputs(folder: str) -> dict[str, Path]:
+    out = check_output_folder(folder, "--out")
+    return {name: check_output_file(out / name, "--out", signature) for name, signature in SIGNATURES.items()}
