@@ -116,6 +116,15 @@ def test_compare_takes_each_name_exactly(tmp_path, capsys, extra, words):
     refused(capsys, code, *words)
 
 
+@pytest.mark.parametrize("lam", ["2", "-0.1", "nan"])
+def test_generate_refuses_a_lambda_before_the_run_loads(tmp_path, capsys, monkeypatch, lam):
+    import mlpmem.cli.stages as stages
+
+    monkeypatch.setattr(stages, "_run", lambda args: pytest.fail("the run loaded before --lam was checked"))
+    code = main(["generate", str(tmp_path / "config.yaml"), "--prompt", "The keeper", "--lam", lam])
+    refused(capsys, code, "--lam", "[0, 1]")
+
+
 @pytest.mark.parametrize("name", ["compare.md", "compare.json", "delta.png"])
 def test_compare_out_never_writes_over_a_users_file(tmp_path, capsys, name):
     for stem in ("base", "a"):

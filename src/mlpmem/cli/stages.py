@@ -14,6 +14,7 @@ from mlpmem.config import check_overrides
 from mlpmem.errors import MlpmemError
 from mlpmem.inference.gate_io import load_gate
 from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
+from mlpmem.inference.mixing import check_lambda
 from mlpmem.pipeline import records, require, run_pipeline, run_stage
 from mlpmem.pipeline.config import PipelineConfig
 from mlpmem.pipeline.evaluate import load_memory
@@ -125,6 +126,8 @@ def generate(args: argparse.Namespace) -> None:
         raise MlpmemError("--prompt is empty: give the text to continue")
     if args.max_new_tokens < 1:
         raise MlpmemError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if args.lam is not None:
+        check_lambda(args.lam, "--lam")  # before the run and its backbone load
     the_run = _run(args)
     require(the_run, ("train",))
     records.check_upstream(the_run, "train")
