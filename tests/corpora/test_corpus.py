@@ -57,3 +57,14 @@ def test_tokenize_prepends_document_token(tiny_tokenizer):
     assert arrays[0].dtype == np.int32
     assert arrays[0][0] == tiny_tokenizer.convert_tokens_to_ids("<|endoftext|>")
     assert tiny_tokenizer.decode(arrays[0][1:].tolist()) == "The keeper."
+
+
+def test_blank_documents_are_skipped_and_counted(tmp_path, capsys):
+    from mlpmem.corpora.documents import read_documents
+
+    (tmp_path / "a.jsonl").write_text('{"text": "one"}\n{"text": "  "}\n{"text": ""}\n{"text": "two"}\n')
+    (tmp_path / "b.txt").write_text("\n \n")
+    assert [d.text for d in read_documents(tmp_path)] == ["one", "two"]
+    notes = capsys.readouterr().err.splitlines()
+    assert notes == [f"note: skipped 2 blank documents of {tmp_path / 'a.jsonl'}",
+                     f"note: skipped 1 blank document of {tmp_path / 'b.txt'}"]

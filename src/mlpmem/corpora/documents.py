@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -66,7 +67,8 @@ def iter_jsonl(path: Path):
 
 def iter_documents(path: str | Path):
     """Non-blank documents of a ``.txt`` file (one document), a ``.jsonl`` file (field ``text``) or a folder of
-    them, one at a time: memory is bounded by the largest document, not by the corpus."""
+    them, one at a time: memory is bounded by the largest document, not by the corpus. Blank documents are skipped
+    and counted in a note on stderr, file by file."""
     path = Path(path)
     if not path.exists():
         raise CorpusError(f"corpus path {path} does not exist")
@@ -76,7 +78,14 @@ def iter_documents(path: str | Path):
         files = [path]
     for file in files:
         docs = iter_jsonl(file) if file.suffix == ".jsonl" else [Document(file.stem, _read_text(file))]
-        yield from (d for d in docs if d.text.strip())
+        blank = 0
+        for doc in docs:
+            if doc.text.strip():
+                yield doc
+            else:
+                blank += 1
+        if blank:
+            print(f"note: skipped {blank} blank document{'s' * (blank > 1)} of {file}", file=sys.stderr)
 
 
 def read_documents(path: str | Path) -> list[Document]:
