@@ -221,6 +221,14 @@ def test_summarize_never_writes_over_a_users_file(run, mine, tmp_path, capsys, e
     assert tree_digest(mine) == before
 
 
+def test_summarize_labels_two_runs_of_one_folder_name_by_their_paths(run, tmp_path, capsys):
+    other = tmp_path / "other" / run.name
+    copy_run(run, other, link_shards=True)
+    assert main(["summarize", str(run), str(other)]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert [row.split(" | ")[0] for row in rows] == [f"| {run}", f"| {other}"]
+
+
 def test_summarize_replaces_its_own_table_and_copies(run, tmp_path):
     for _ in range(2):  # the second time over its own files
         assert main(["summarize", str(run), "--out", str(tmp_path / "t.md"), "--copy-reports",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from mlpmem.corpora.documents import SPLITS
 from mlpmem.layout import RunLayout, stage_seconds
 from mlpmem.reporting.plots import pyplot
@@ -176,8 +178,11 @@ def summary_table(run_dirs) -> str:
               "kNN-LM k, T, λ", "PPL backbone", "PPL kNN-LM", "PPL memory", "PPL memory + backbone (λ)",
               "tokens for 80 % of the mass, memory / backbone"]
     rows = []
+    names = [Path(d).name for d in run_dirs]
     for d in run_dirs:
         r = summary_row(d)
+        if names.count(r["run"]) > 1:  # two runs of one folder name: each labelled by its path as given
+            r["run"] = str(d)
         c = r["knnlm"]
         tok = " / ".join(count(r["tokens"][s]) for s in ("train", "validation", "test"))
         joint = f"{r['joint_ppl']:.3f} ({r['memory_lambda']})" if r["joint_ppl"] else "—"
