@@ -229,6 +229,18 @@ def test_summarize_labels_two_runs_of_one_folder_name_by_their_paths(run, tmp_pa
     assert [row.split(" | ")[0] for row in rows] == [f"| {run}", f"| {other}"]
 
 
+@pytest.mark.parametrize("name", ["lambda.png", "results.json", "report.md"])
+def test_copy_reports_replaces_only_its_own_unchanged_copies(run, tmp_path, capsys, name):
+    dest = tmp_path / "docs"
+    assert main(["summarize", str(run), "--copy-reports", str(dest)]) == 0
+    assert main(["summarize", str(run), "--copy-reports", str(dest)]) == 0  # its own copies: replaced
+    (dest / run.name / name).write_bytes((dest / run.name / name).read_bytes() + b"\n")  # the user's edit
+    before = tree_digest(dest)
+    capsys.readouterr()
+    refused(capsys, main(["summarize", str(run), "--copy-reports", str(dest)]), name, "changed since")
+    assert tree_digest(dest) == before
+
+
 def test_summarize_replaces_its_own_table_and_copies(run, tmp_path):
     for _ in range(2):  # the second time over its own files
         assert main(["summarize", str(run), "--out", str(tmp_path / "t.md"), "--copy-reports",

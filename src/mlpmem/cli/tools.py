@@ -14,8 +14,8 @@ from mlpmem.pipeline.records import check_shown
 from mlpmem.reporting.run_report import SUMMARY_HEAD, summary_table, sweep_table
 from mlpmem.utils.commit import is_pending, recover
 from mlpmem.utils.lock import folder_lock
-from mlpmem.utils.outputs import check_output_file, check_output_folder, copy_signature, write_output
-from mlpmem.utils.shards import read_json
+from mlpmem.utils.outputs import check_output_file, check_output_folder, write_output
+from mlpmem.utils.shards import read_json, sha256_file, write_json
 
 SWEEP_HEAD = b"# kNN-LM sweep on validation, "
 
@@ -64,18 +64,28 @@ def check_distinct_runs(runs: list[str], copies: bool) -> None:
         seen[key] = run
 
 
+COPIES = "mlpmem-copies.json"
+"""In ``DIR/<run>/`` of ``--copy-reports``: the sha256 of every file it copied there, written last."""
+
+
 def copy_plan(run_dir: Path, dest: Path) -> list[tuple[Path, Path]]:
     """``(source, target)`` of every report, figure and ablation result of a run to copy into ``dest``; a target
-    already there is checked first (a file of another kind than its copy is the user's: refused)."""
+    already there is replaced only if an earlier copy wrote it and it is unchanged since (:data:`COPIES`), else it is
+    the user's: refused."""
     layout = RunLayout(run_dir)
     reports = [*run_dir.glob("*.md"), *run_dir.glob("*.png"), *run_dir.glob("ablations/*/results.*")]
     plan = [(f, dest / (f"ablation-{f.parent.name}{f.suffix}" if "ablations" in f.parts else f.name))
             for f in [*reports, *([layout.results] if layout.results.exists() else [])]]
+    targets = [target for _, target in plan]
     if not layout.report.exists():  # a retrieval-only run: its kNN-LM sweep
         plan.append((layout.knnlm_results, dest / "knnlm-results.json"))
-        check_output_file(dest / "knnlm-sweep.md", "--copy-reports", SWEEP_HEAD)
-    for source, target in plan:
-        check_output_file(target, "--copy-reports", copy_signature(source))
+        targets += [dest / "knnlm-results.json", dest / "knnlm-sweep.md"]
+    copied = read_json(dest / COPIES, "--copy-reports record") if (dest / COPIES).is_file() else {}
+    for target in targets:
+        check_output_file(target, "--copy-reports", b"")  # a folder, or a path under a file: one line
+        if target.exists() and copied.get(target.name) != sha256_file(target):
+            raise MlpmemError(f"--copy-reports {target}: refusing to replace it, it is not an earlier output of "
+                              "--copy-reports (or it was changed since): give another DIR, or move that file away")
     return plan
 
 
@@ -90,3 +100,5 @@ def copy_reports(run_dir: Path, dest: Path, plan: list[tuple[Path, Path]]) -> No
         write_output(dest / "knnlm-sweep.md", text.encode("utf-8"))
     for source, target in plan:
         shutil.copyfile(source, target)
+    written = [target for _, target in plan] + ([] if layout.report.exists() else [dest / "knnlm-sweep.md"])
+    write_json(dest / COPIES, {target.name: sha256_file(target) for target in written})

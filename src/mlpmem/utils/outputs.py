@@ -1,4 +1,5 @@
-"""Files a command writes where its user says (``explain --html``, ``summarize --out``, ``--copy-reports DIR``).
+"""Files a command writes where its user says (``explain --html``, ``summarize --out``, ``compare --out``; the
+copies of ``summarize --copy-reports`` are checked against the record of earlier copies instead).
 
 Each path is checked before any work: a folder where a file is wanted, or a file where a folder is wanted, is one
 line; and a file already there is replaced only when it is one mlpmem writes under that name (it opens with that
@@ -45,16 +46,6 @@ def check_output_folder(path: str | Path, option: str) -> Path:
     if not parent.is_dir():
         raise ConfigError(f"{option} {path}: {parent} is a file, not a folder")
     return path
-
-
-def copy_signature(source: Path) -> bytes:
-    """The signature of a copy of ``source`` (a report or figure mlpmem wrote): a PNG's magic bytes, a JSON object's
-    brace, a Markdown file's first line up to its first backtick (``# mlpmem run `...```: the kind, not the run)."""
-    if source.suffix == ".png":
-        return PNG
-    if source.suffix == ".json":
-        return b"{"
-    return source.read_bytes().split(b"\n", 1)[0].split(b"`", 1)[0]
 
 
 def opens_with(path: Path, signature: bytes) -> bool:
