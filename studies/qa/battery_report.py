@@ -9,27 +9,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mlpmem.evaluation.compare import AVERAGE, LABELS, Row, compare, load_results, plot_deltas, table
+from mlpmem.evaluation.compare import AVERAGE, LABELS, Row, load_results, plot_deltas, table
 from mlpmem.evaluation.stats import BELOW, BootstrapConfig
 from studies.qa.choice_shift import Shift, length_shift, shift_table
+from studies.qa.hallucination import family_rows, task_family
 
 FIGURE = "battery-delta.png"
 
 
-def battery_rows(results: dict, cfg: BootstrapConfig) -> tuple[dict[str, list[Row]], dict[str, dict[str, Shift]]]:
-    """``({method: rows}, {method: {task: Shift}})`` of every scored method against the backbone: the paired
-    comparison and where its log-likelihood choices moved (both empty when the battery did not run)."""
+def battery_rows(results: dict, cfg: BootstrapConfig) -> tuple[dict[str, dict[str, list[Row]]],
+                                                                dict[str, dict[str, Shift]]]:
+    """``({family: {method: rows}}, {method: {task: Shift}})`` of every scored method against the backbone, the
+    tasks sorted into the no-regression battery, HaluEval detection and preference
+    (:func:`~studies.qa.hallucination.task_family`), and where its log-likelihood choices moved on the battery's
+    tasks (both empty when the battery did not run)."""
     battery = results.get("battery")
     if not battery:
         return {}, {}
     files = battery["methods"]
     base = load_results(files["backbone"])
-    rows, shifts = {}, {}
-    for method, path in files.items():
-        if method != "backbone":
-            mine = load_results(path)
-            rows[method], shifts[method] = compare(base, mine, None, cfg), length_shift(base, mine)
-    return rows, shifts
+    methods = {m: load_results(path) for m, path in files.items() if m != "backbone"}
+    shifts = {m: {t: s for t, s in length_shift(base, mine).items() if task_family(t) == "battery"}
+              for m, mine in methods.items()}
+    return family_rows(base, methods, cfg), shifts
 
 
 def battery_section(rows: dict[str, list[Row]], labels: dict[str, str], docs: Path, stage: dict | None = None,
@@ -115,3 +117,13 @@ def describe_row(r: Row) -> str:
 
 def any_below(rows: list[Row]) -> bool:
     return any(r.verdict == BELOW for r in task_rows(rows))
+
+
+def task_sources(stage: dict | None) -> dict[str, str]:
+    """``{task: source}``: where each scored task's data comes from (package, version and file), as its task YAML's
+    ``metadata.source`` recorded it in the backbone's battery file ({} when the battery did not run)."""
+    if not stage:
+        return {}
+    configs = load_results(stage["methods"]["backbone"]).get("configs") or {}
+    return {task: c["metadata"]["source"] for task, c in sorted(configs.items())
+            if isinstance(c.get("metadata"), dict) and "source" in c["metadata"]}

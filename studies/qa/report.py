@@ -23,8 +23,9 @@ from mlpmem.evaluation.stats import BootstrapConfig
 from mlpmem.reporting.tables import DASH, count, fixed, markdown_table, mebibytes
 from mlpmem.utils.shards import write_json
 from studies.ablation import study_table
-from studies.qa.battery_report import battery_rows, battery_section
+from studies.qa.battery_report import battery_rows, battery_section, task_sources
 from studies.qa.claims import claims
+from studies.qa.hallucination import hallucination_section
 from studies.qa.interval_tables import (
     comparison_table,
     contrast_table,
@@ -338,8 +339,9 @@ def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
     docs = Path(docs_dir)
     docs.mkdir(parents=True, exist_ok=True)
     cfg = bootstrap_config(results)
-    battery, shifts = battery_rows(results, cfg)
-    found = claims(results, cfg, battery)
+    families, shifts = battery_rows(results, cfg)
+    battery = families.get("battery", {})
+    found = claims(results, cfg, battery, families.get("detect"))
     cost = cost_minutes(results)
     text = "\n".join([
         "# Knowledge QA, general capability, baselines and ablations", "", _intro(results, command, cfg), "",
@@ -351,6 +353,7 @@ def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
         "## General capability (no regression)", "", no_regression_table(results, cfg, docs), "",
         "## General capability through lm-eval (the battery)", "",
         battery_section(battery, LABELS, docs, results.get("battery"), shifts), "",
+        "## Hallucination (HaluEval, through lm-eval)", "", hallucination_section(families, LABELS), "",
         "## The paper's claims at our scale", "", claims_table(found, results), "",
         "## Ablations", "", ablation_section(results, docs), "",
         "## What it cost", "", cost_section(cost, list(results["benchmarks"])), "",
@@ -359,6 +362,9 @@ def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
     path.write_text(text)
     write_json(docs / "results.json", {**without_per_item(results), "intervals": intervals_json(results, cfg, ORDER),
                                        "claims": found, "battery_intervals": rows_json(battery),
+                                       "hallucination": {f: rows_json(families[f]) for f in ("detect", "prefer")
+                                                         if f in families},
+                                       "sources": task_sources(results.get("battery")),
                                        "cost_minutes": cost,
                                        "battery_choice_shift": {m: {t: asdict(x) for t, x in s.items()}
                                                                 for m, s in shifts.items()}})
