@@ -36,6 +36,8 @@ $S ablate default --study distil --out $A/distil --quiet   # reads the seeds stu
 
 # docs/results/qa: the QA suite on data that installs from the registries
 $S qa report studies/qa/configs/report.yaml
+# docs/results/qa-curve: the QA memory's learning curve (reads the report's datastore and teacher)
+$S qa curve studies/qa/configs/report.yaml --epochs 10 --lambdas 0.2,0.35 --docs $R/qa-curve --quiet
 # docs/results/tasks-catalog: the BIG-bench catalog, only from a copy of its archive (PyPI no longer serves it)
 if [ -n "${MLPMEM_BIGBENCH_ARCHIVE:-}" ]; then $S tasks list --all --out $R/tasks-catalog; fi
 

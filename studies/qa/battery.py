@@ -4,7 +4,8 @@ Every method of ``battery.methods`` is scored by lm-eval (the ``mlpmem`` model t
 :mod:`mlpmem.evaluation.harness`) on the local multiple-choice tasks ``python -m studies tasks prepare`` writes (the
 installable battery, HaluEval's detection and closed-book preference; :mod:`studies.tasks.prepare`), every item
 logged, on the models of the benchmark ``no_regression.memory_from``: its memory run (memory, datastore, corpus),
-the CPT / LoRA weights the suite saved, the λ (and gate offset) it chose on that benchmark's validation questions. Each
+the CPT / LoRA weights the suite saved, the memory and kNN-LM at the λ the run chose on validation perplexity
+(:func:`run_lambda`), the gate at the offset the suite chose on that benchmark's validation questions. Each
 method's lm-eval results go to ``<out_dir>/battery/<method>.json``; a method whose file exists is not run
 again, so the stage resumes, unless the file was scored from other model args, tasks or memory weights. The
 tasks are written once into ``<out_dir>/battery/tasks`` (unless ``tasks_dir`` names a prepared folder). The
@@ -50,15 +51,13 @@ def model_args(cfg, method: str) -> str:
 def _method_args(cfg, method: str) -> str:
     bench = Path(cfg.out_dir) / cfg.no_regression.memory_from
     run = f"run={bench / 'memory-run'}"
-    tuned = _tuned(bench, method) if method in ("knnlm", "memory", "memory-gate") else {}
-    if method == "memory":
-        return f"{run},lam={tuned['lambda']}"
+    tuned = _tuned(bench, method) if method == "memory-gate" else {}
+    if method in ("memory", "knnlm"):  # at the λ the run chose on validation perplexity (see run_lambda)
+        return f"{run},method={method},lam={run_lambda(bench / 'memory-run', method)}"
     if method == "memory-gate":  # the gate the suite scored and chose the offset for
         where = f",gate_dir={_question_gate(bench, tuned)}" if tuned.get("gate_training") == "questions" else ""
         floor = f",gate_floor={tuned['gate_floor']}" if tuned.get("gate_floor") else ""
         return f"{run},gate=true,gate_offset={tuned.get('gate_offset', 0.0)}{floor}{where}"
-    if method == "knnlm":
-        return f"{run},method=knnlm,lam={tuned['lambda']}"
     if method in ("cpt", "lora"):
         return f"{run},method={method},weights={bench / 'weights' / method}"
     if method.startswith("rag-"):
@@ -66,6 +65,15 @@ def _method_args(cfg, method: str) -> str:
         return (f"{run},method={method},docs={bench / 'data' / 'corpus' / 'train.jsonl'},top_k={rag.top_k},"
                 f"passage_words={rag.passage_words},max_prompt_tokens={rag.max_prompt_tokens}")
     return f"{run},method=backbone"
+
+
+def run_lambda(run_dir: Path, method: str) -> float:
+    """The λ of the memory (or kNN-LM) that the memory run chose on its validation perplexity: the mixture
+    ``augmented_from_run(run)`` gives a user. The battery scores the mixtures there, not at the λ the suite tunes on
+    the validation questions for answer generation: where that is 0 (no help in generating answers), the battery would
+    score the backbone again."""
+    results = read_json(run_dir / "results.json", "memory run results")
+    return results["lambda"] if method == "memory" else results["knnlm_chosen"]["lambda"]
 
 
 def _scored_with(cfg, method: str) -> dict:

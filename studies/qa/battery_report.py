@@ -46,8 +46,9 @@ def battery_section(rows: dict[str, list[Row]], labels: dict[str, str], docs: Pa
     figure = plot_deltas({m: task_rows(rs) for m, rs in named.items()}, docs / FIGURE, "backbone")
     return "\n".join([
         "lm-evaluation-harness (`mlpmem` model type) on the local tasks of `python -m studies tasks prepare` "
-        "(docs/lm-eval.md), the models of the no-regression benchmark at its QA-tuned λ; acc: log-likelihood "
-        "choice, PMI: lm-eval's `acc_mutual_info` (domain-conditional PMI), acc (norm): the log-likelihood "
+        "(docs/lm-eval.md), the models of the no-regression benchmark, the memory and kNN-LM at the λ their run "
+        "chose on validation perplexity; acc: log-likelihood choice, PMI: lm-eval's `acc_mutual_info` "
+        "(domain-conditional PMI), acc (norm): the log-likelihood "
         "divided by the choice's length in bytes. Every difference is paired over the items "
         f"both scored; `average` weighs every task the same. {precision_line(stage.get('precision') or {}, labels)}"
         + rag_line(stage.get("rag_contexts") or {}, labels), "",

@@ -43,8 +43,8 @@ def test_a_battery_file_is_scored_again_when_its_memory_gate_or_arguments_change
     bench, memory = tmp_path / "synthetic", tmp_path / "synthetic" / "memory-run" / "memory"
     (bench / "methods").mkdir(parents=True)
     memory.mkdir(parents=True)
-    (bench / "methods" / "memory.json").write_text(json.dumps({"lambda": 0.5}))
-    (bench / "methods" / "knnlm.json").write_text(json.dumps({"lambda": 0.2}))
+    run_results = bench / "memory-run" / "results.json"
+    run_results.write_text(json.dumps({"lambda": 0.5, "knnlm_chosen": {"lambda": 0.2}}))
 
     def weights(data: bytes):
         from mlpmem.utils.checksums import record_folder
@@ -57,7 +57,9 @@ def test_a_battery_file_is_scored_again_when_its_memory_gate_or_arguments_change
     assert first["memory"]["memory_sha256"] and "memory_sha256" not in first["knnlm"]
     weights(b"two")  # the memory trained again: its battery file is stale, kNN-LM's is not
     assert _scored_with(cfg, "memory") != first["memory"] and _scored_with(cfg, "knnlm") == first["knnlm"]
-    (bench / "methods" / "memory.json").write_text(json.dumps({"lambda": 0.35}))  # another λ chosen
+    run_results.write_text(json.dumps({"lambda": 0.35, "knnlm_chosen": {"lambda": 0.2}}))  # another λ chosen
+    assert ",lam=0.35," in _scored_with(cfg, "memory")["model_args"]
+    (bench / "methods" / "memory.json").write_text(json.dumps({"lambda": 0.0}))  # the QA-tuned λ: not the battery's
     assert ",lam=0.35," in _scored_with(cfg, "memory")["model_args"]
     gate = bench / "gate-questions"
     gate.mkdir()
@@ -77,8 +79,8 @@ def test_the_battery_precision_reaches_every_methods_model_args(tmp_path):
         return QASuiteConfig(out_dir=str(tmp_path), benchmarks=SYNTHETIC,
                              no_regression={"memory_from": "synthetic"}, battery=battery)
 
-    (tmp_path / "synthetic" / "methods").mkdir(parents=True)
-    (tmp_path / "synthetic" / "methods" / "memory.json").write_text(json.dumps({"lambda": 0.5}))
+    (tmp_path / "synthetic" / "memory-run").mkdir(parents=True)
+    (tmp_path / "synthetic" / "memory-run" / "results.json").write_text(json.dumps({"lambda": 0.5}))
     for method in ("backbone", "memory", "lora", "rag-bm25"):
         plain = model_args(cfg(), method)
         assert plain.endswith(",precision=fp32") and model_args(cfg(precision="fp32"), method) == plain
