@@ -203,8 +203,8 @@ def _check_battery(tmp: Path, results: dict) -> None:
     assert "mlpmem_one_pass" not in json.loads(Path(files["cpt"]).read_text())
     counts = json.loads(Path(files["rag-bm25"]).read_text())["mlpmem_rag_contexts"]
     assert counts["contexts"] > 0 and counts["without_passages"] == 0
-    lam = results["benchmarks"]["synthetic"]["methods"]["memory"]["lambda"]
-    assert memory["config"]["mlpmem"]["lam"] == lam  # the QA-tuned λ, not the perplexity one
+    lam = results["benchmarks"]["synthetic"]["memory_run"]["lambda"]
+    assert memory["config"]["mlpmem"]["lam"] == lam  # the perplexity-chosen λ, the mixture a user gets
     assert len(memory["samples"]["mlpmem_bb_general_knowledge"]) == 2
     gated = json.loads(Path(files["memory-gate"]).read_text())["config"]["mlpmem"]
     assert gated["gate"] is True and gated["gate_offset"] == results["benchmarks"]["synthetic"]["methods"][
