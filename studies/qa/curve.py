@@ -122,16 +122,27 @@ def _scores_at(ctx: Context, memory_dir: Path | None, lambdas: list[float], wher
     return scores
 
 
-def stopping_rules(epochs: list[dict]) -> dict:
-    """The epoch each stopping rule keeps and its validation scores: the last epoch, the lowest validation joint
-    perplexity (early stopping's choice), the highest validation F1 at any λ of the grid."""
+def stopping_rules(epochs: list[dict], patience: int = 3) -> dict:
+    """The epoch each stopping rule keeps and its validation scores: the last epoch; early stopping on validation
+    joint perplexity with ``patience`` (stop after that many epochs without a lower one, keep the lowest so far, as
+    ``train.patience`` does); the lowest validation perplexity over all epochs; the highest validation F1 at any λ."""
     def best_f1(row: dict) -> dict:
         return max(row["questions"], key=lambda r: (round(r["f1"], 6), -r["lambda"]))
 
+    kept, waited = epochs[0], 0
+    for row in epochs[1:]:
+        if waited >= patience:
+            break
+        if row["validation"]["joint_ppl"] < kept["validation"]["joint_ppl"]:
+            kept, waited = row, 0
+        else:
+            waited += 1
     by_ppl = min(epochs, key=lambda row: (row["validation"]["joint_ppl"], row["epoch"]))
     by_f1 = max(epochs, key=lambda row: (round(best_f1(row)["f1"], 6), -row["epoch"]))
+    rules = (("last", epochs[-1]), (f"early stopping, patience {patience}", kept), ("lowest validation ppl", by_ppl),
+             ("highest validation F1", by_f1))
     return {name: {"epoch": row["epoch"], "joint_ppl": row["validation"]["joint_ppl"], **best_f1(row)}
-            for name, row in (("last", epochs[-1]), ("validation_ppl", by_ppl), ("validation_f1", by_f1))}
+            for name, row in rules}
 
 
 def curve_report(results: dict, command: str) -> str:
@@ -151,7 +162,7 @@ def curve_report(results: dict, command: str) -> str:
                      + " | ".join(f"{qs[lam]['em']:.1f}" for lam in lambdas) + " |")
     lines += ["", "| stopping rule | epoch | joint PPL | best F1 (at λ) |", "|---|---:|---:|---:|"]
     for name, rule in results["rules"].items():
-        lines.append(f"| {name.replace('_', ' ')} | {rule['epoch']} | {rule['joint_ppl']:.3f} | "
+        lines.append(f"| {name} | {rule['epoch']} | {rule['joint_ppl']:.3f} | "
                      f"{rule['f1']:.1f} ± {rule['f1_se']:.1f} (λ {rule['lambda']}) |")
     return "\n".join(lines) + "\n"
 

@@ -37,7 +37,8 @@ def test_curve_scores_every_epoch_and_resumes(curve_suite):
         assert [r["lambda"] for r in row["questions"]] == [0.5] and 0 <= row["questions"][0]["f1"] <= 100
         assert row["validation"]["joint_ppl"] > 1
     assert results["questions"] == 4 and results["backbone"]["questions"][0]["lambda"] == 0.0
-    assert set(results["rules"]) == {"last", "validation_ppl", "validation_f1"}
+    assert set(results["rules"]) == {"last", "early stopping, patience 3", "lowest validation ppl",
+                                     "highest validation F1"}
     assert (curve_suite / "report" / "curve.png").stat().st_size > 0
     assert "| stopping rule |" in (curve_suite / "report" / "report.md").read_text()
 
@@ -73,8 +74,10 @@ def test_stopping_rules_pick_each_rule():
         return {"epoch": epoch, "validation": {"joint_ppl": ppl},
                 "questions": [{"lambda": 0.2, "f1": f1, "f1_se": 1.0, "em": 0.0}]}
 
-    rules = stopping_rules([row(1, 9.0, 5.0), row(2, 8.0, 7.0), row(3, 8.5, 6.0)])
-    assert {k: v["epoch"] for k, v in rules.items()} == {"last": 3, "validation_ppl": 2, "validation_f1": 2}
+    rows = [row(1, 9.0, 5.0), row(2, 8.0, 7.0), row(3, 8.5, 6.0), row(4, 8.4, 6.5), row(5, 7.9, 8.0)]
+    assert {k: v["epoch"] for k, v in stopping_rules(rows, patience=2).items()} == {
+        "last": 5, "early stopping, patience 2": 2, "lowest validation ppl": 5, "highest validation F1": 5}
+    assert stopping_rules(rows, patience=3)["early stopping, patience 3"]["epoch"] == 5
 
 
 @pytest.mark.parametrize("bad", [{"epochs": 0}, {"lambdas": [0.0]}, {"lambdas": [1.5]}, {"lambdas": []}])
