@@ -102,7 +102,7 @@ COMMANDS = (
                 Arg("--report-only", action="store_true",
                     help="compute nothing: write the report from what earlier (interrupted) runs finished"))),
     Command("curve", "qa", f"{QA}:cmd_qa_curve",
-            "the QA memory's learning curve: validation perplexity and validation questions, epoch by epoch", (
+            "the QA memory's learning curve, epoch by epoch", (
                 *RUN[:2],
                 Arg("--benchmark", help="the benchmark whose memory is trained (default: the config's first)"),
                 Arg("--epochs", type=int, default=12, help="epochs of the one training the curve follows"),

@@ -45,7 +45,7 @@ def run_variants(variants: dict[str, list[str]], maintenance: list[str], base_di
             raise ConfigError(f"{folder} already exists: a study never writes over a finished one")
         shutil.copytree(base_dir, folder)
         run = open_copy(folder)
-        seconds = update(run, load_maintenance_config(overrides=[*maintenance, *overrides]))
+        seconds = update(run, load_maintenance_config(overrides=after(maintenance, overrides)))
         results[name] = {"overrides": list(overrides), "seconds": seconds, "scores": score(run)}
     return results
 
@@ -53,3 +53,11 @@ def run_variants(variants: dict[str, list[str]], maintenance: list[str], base_di
 def step(name: str) -> str:
     """A variant's folder under ``<out>/runs`` and the key of its scores among the study's steps."""
     return f"variant-{name}"
+
+
+def after(base: list[str], overrides: list[str]) -> list[str]:
+    """``KEY=VALUE`` items of ``base`` with those of ``overrides`` applied after them: an override of a key ``base``
+    gives replaces it (a key may be given once to the config loader)."""
+    keys = {item.split("=", 1)[0].strip() for item in overrides}
+    return [item for item in base if item.split("=", 1)[0].strip() not in keys] + list(overrides)
+
