@@ -61,7 +61,7 @@ from studies.update.report import seed_details, table_rows, variant_rows, withou
 from studies.update.scoring import Scorer, own_document_rate
 from studies.update.seeds import check_seeds, expand, retrain_at_seeds, retrained_step
 from studies.update.sweep import finished_study, run_sweep
-from studies.update.variants import FIRST, SCORED, check_variants, run_variants, step
+from studies.update.variants import FIRST, SCORED, after, check_variants, run_variants, step
 
 
 @dataclass
@@ -142,7 +142,8 @@ def load_study_config(path: str | Path, overrides: list[str] | None = None) -> U
 
 def pipeline_run(cfg: UpdateStudyConfig, folder: Path, corpus: Path, backbone, progress: bool,
                  extra: tuple[str, ...] = ()) -> Run:
-    overrides = [f"run_dir={folder}", "corpus.name=null", f"corpus.path={corpus}", *cfg.pipeline_set, *extra]
+    base = [f"run_dir={folder}", "corpus.name=null", f"corpus.path={corpus}", *cfg.pipeline_set]
+    overrides = after(base, list(extra))
     return Run(PipelineConfig.from_yaml(cfg.pipeline, overrides), progress, backbone=backbone)  # one for all runs
 
 
