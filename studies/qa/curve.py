@@ -19,15 +19,11 @@ from pathlib import Path
 
 from mlpmem.baselines.methods import closed_book_prompts
 from mlpmem.config import Config
-from mlpmem.datastore import KeyStore
 from mlpmem.errors import ConfigError
 from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
-from mlpmem.memory.vocab import index_of
 from mlpmem.pipeline import run_stage
-from mlpmem.pipeline.train import build_memory, eval_data, head_vocabulary
-from mlpmem.teacher import TeacherStore
+from mlpmem.pipeline.train import build_memory, eval_data, train_data
 from mlpmem.training.checkpoint import STATE_FILE
-from mlpmem.training.data import TrainData
 from mlpmem.training.loop import CHECKPOINT, train_memory
 from mlpmem.utils.shards import read_json, write_json
 from studies.qa.eval_qa import tune_lambda
@@ -58,7 +54,7 @@ def learning_curve(ctx: Context, curve: CurveConfig) -> dict:
         run_stage(run, stage)
     train_cfg = dataclasses.replace(run.cfg.train, epochs=curve.epochs, patience=None, eval_every=None,
                                     restore_best=False)  # every epoch end, its own weights
-    data, head_vocab = _train_data(run)
+    data, head_vocab = train_data(run)
     memory, out = build_memory(run, head_vocab), Path(curve.out)
     steps_per_epoch = math.ceil(data.rows_per_epoch / train_cfg.batch_size)
     backbone_row = _scores_at(ctx, None, [0.0], out / "backbone")
@@ -75,16 +71,6 @@ def learning_curve(ctx: Context, curve: CurveConfig) -> dict:
     return {"benchmark": curve.benchmark, "epochs": epochs, "backbone": backbone_row, "lambdas": curve.lambdas,
             "questions": len(ctx.questions["validation"]), "rules": stopping_rules(epochs),
             "recipe": {k: v for k, v in dataclasses.asdict(train_cfg).items() if k in ("alpha", "lr", "batch_size")}}
-
-
-def _train_data(run):
-    store = KeyStore(run.layout.datastore)
-    teacher = TeacherStore(run.layout.teacher, datastore=store)
-    vocab_size = int(run.backbone[0].get_output_embeddings().weight.shape[0])
-    head_vocab = head_vocabulary(run.cfg.memory.vocab, store, teacher, vocab_size)
-    data = TrainData(store.rows("keys"), store.rows("values"), teacher.rows("ids"), teacher.rows("probs"),
-                     teacher.rows("residual"), None if head_vocab is None else index_of(head_vocab, vocab_size))
-    return data, head_vocab
 
 
 def _train_to(memory, data, run, train_cfg, out: Path, step: int, progress: bool) -> dict:

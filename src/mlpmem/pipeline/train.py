@@ -57,6 +57,20 @@ def eval_data(run: Run, split: str):
     return EvalData(store.array("keys"), store.array("values"), store.array("lm"))
 
 
+def train_data(run: Run) -> tuple[TrainData, np.ndarray | None]:
+    """The training rows of a run (datastore keys and next tokens, the sparse teacher) and its head vocabulary
+    (None for a full head); rows are read from the memory-mapped shards batch by batch, so memory stays bounded for
+    any datastore size."""
+    store = KeyStore(run.layout.datastore)
+    store.check_backbone(*run.backbone)
+    teacher = TeacherStore(run.layout.teacher, datastore=store)
+    vocab_size = int(run.backbone[0].get_output_embeddings().weight.shape[0])
+    head_vocab = head_vocabulary(run.cfg.memory.vocab, store, teacher, vocab_size)
+    data = TrainData(store.rows("keys"), store.rows("values"), teacher.rows("ids"), teacher.rows("probs"),
+                     teacher.rows("residual"), None if head_vocab is None else index_of(head_vocab, vocab_size))
+    return data, head_vocab
+
+
 def stage_train(run: Run, rebuild: bool = False, out: Path | None = None) -> dict:
     """Train the memory on the datastore keys and the sparse teacher; save it to ``out/memory`` and its
     learning curve to ``out/learning_curve.png``.
@@ -68,14 +82,7 @@ def stage_train(run: Run, rebuild: bool = False, out: Path | None = None) -> dic
     layout = RunLayout(out)  # the run's own, or an ablation variant's train/ and memory/
     if rebuild and run.is_main:
         remove_written(layout.train, is_train_written)
-    store = KeyStore(run.layout.datastore)
-    store.check_backbone(*run.backbone)
-    teacher = TeacherStore(run.layout.teacher, datastore=store)
-    # rows are read from the memory-mapped shards batch by batch: memory stays bounded for any datastore size
-    vocab_size = int(run.backbone[0].get_output_embeddings().weight.shape[0])
-    head_vocab = head_vocabulary(run.cfg.memory.vocab, store, teacher, vocab_size)
-    data = TrainData(store.rows("keys"), store.rows("values"), teacher.rows("ids"), teacher.rows("probs"),
-                     teacher.rows("residual"), None if head_vocab is None else index_of(head_vocab, vocab_size))
+    data, head_vocab = train_data(run)
     memory = build_memory(run, head_vocab)
     state = train_memory(memory, data, eval_data(run, "validation"), run.cfg.train, layout.train, run.progress,
                          memory_spec=run.cfg.memory.to_dict())
