@@ -24,9 +24,8 @@ class DatastoreConfig(Config):
     batches_per_shard: int = 16
     pack: bool = False
     """Pack windows shorter than ``corpus.block_size`` into shared rows, each seeing only itself (same rows, order
-    and keys within rounding; fewer, fuller forwards). Recorded in the keystore manifest. Off by default: on the
-    CPUs measured so far it did not speed key extraction up (docs/results/speed/packing.md, ``python -m studies bench
-    packing``); measure before turning it on elsewhere."""
+    and keys within rounding; fewer, fuller forwards). Recorded in the keystore manifest. Off by default; for a
+    corpus of short documents (the HaluEval QA preset) measure it with ``python -m studies bench packing``."""
 
     def validate(self) -> None:
         if self.batch_size < 1 or self.batches_per_shard < 1:
