@@ -8,30 +8,42 @@ difference with its 95 % interval and a verdict; the average over tasks), drawn 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 from mlpmem.evaluation.compare import AVERAGE, LABELS, Row, load_results, plot_deltas, table
 from mlpmem.evaluation.stats import BELOW, BootstrapConfig
-from studies.qa.choice_shift import Shift, length_shift, shift_table
+from studies.qa.choice_shift import Shift, length_shift, shift_table, shorter_target_share
 from studies.qa.hallucination import family_rows, task_family
 
 FIGURE = "battery-delta.png"
 
 
-def battery_rows(results: dict, cfg: BootstrapConfig) -> tuple[dict[str, dict[str, list[Row]]],
-                                                                dict[str, dict[str, Shift]]]:
-    """``({family: {method: rows}}, {method: {task: Shift}})`` of every scored method against the backbone, the
-    tasks sorted into the no-regression battery, HaluEval detection and preference
-    (:func:`~studies.qa.hallucination.task_family`), and where its log-likelihood choices moved on the battery's
-    tasks (both empty when the battery did not run)."""
+class BatteryView(NamedTuple):
+    """What the report reads from the battery's files."""
+
+    families: dict[str, dict[str, list[Row]]]
+    """``{family: {method: rows}}``: every method against the backbone, per task family."""
+    shifts: dict[str, dict[str, dict[str, Shift]]]
+    """``{family: {method: {task: Shift}}}``: where its log-likelihood choices moved, toward shorter or longer."""
+    shorter_right: dict[str, float]
+    """``{task: percent}`` of the preference tasks' items whose right answer is the shorter choice."""
+
+
+def battery_rows(results: dict, cfg: BootstrapConfig) -> BatteryView:
+    """Every scored method against the backbone, the tasks sorted into the no-regression battery, HaluEval
+    detection and preference (:func:`~studies.qa.hallucination.task_family`); empty when the battery did not run."""
     battery = results.get("battery")
     if not battery:
-        return {}, {}
+        return BatteryView({}, {}, {})
     files = battery["methods"]
     base = load_results(files["backbone"])
     methods = {m: load_results(path) for m, path in files.items() if m != "backbone"}
-    shifts = {m: {t: s for t, s in length_shift(base, mine).items() if task_family(t) == "battery"}
-              for m, mine in methods.items()}
-    return family_rows(base, methods, cfg), shifts
+    shifts: dict[str, dict[str, dict[str, Shift]]] = {}
+    for m, mine in methods.items():
+        for t, shift in length_shift(base, mine).items():
+            shifts.setdefault(task_family(t), {}).setdefault(m, {})[t] = shift
+    prefer = [t for t in base["samples"] if task_family(t) == "prefer"]
+    return BatteryView(family_rows(base, methods, cfg), shifts, shorter_target_share(base, prefer))
 
 
 def battery_section(rows: dict[str, list[Row]], labels: dict[str, str], docs: Path, stage: dict | None = None,

@@ -64,6 +64,21 @@ def length_shift(base: dict, method: dict) -> dict[str, Shift]:
     return out
 
 
+def shorter_target_share(results: dict, tasks) -> dict[str, float]:
+    """``{task: percent}``: of each task's items (lm-eval results with samples), the share whose right choice
+    (``doc["label"]``) is strictly the shortest in characters: how far a preference for short choices alone
+    would score."""
+    out = {}
+    for task in tasks:
+        docs = [s["doc"] for s in results["samples"].get(task, []) if isinstance(s.get("doc"), dict)]
+        docs = [d for d in docs if "label" in d and d.get("choices")]
+        if docs:
+            shortest = sum(all(len(d["choices"][d["label"]]) < len(c) for i, c in enumerate(d["choices"])
+                               if i != d["label"]) for d in docs)
+            out[task] = 100.0 * shortest / len(docs)
+    return out
+
+
 def shift_table(shifts: dict[str, dict[str, Shift]], base_name: str = "base") -> str:
     """A markdown table: per method the items paired, the choices changed, and to shorter / longer ones."""
     lines = [f"| method | items | choice changed vs {base_name} | to a shorter choice | to a longer | same length |",

@@ -1,8 +1,10 @@
 """The hallucination part of the QA report, read from the battery's lm-eval files: HaluEval detection (the paper's
 protocol: the model judges whether a given answer, response or summary is hallucinated; balanced, chance 50 %) and
 closed-book preference (the share of the benchmark's questions where the method gives the right answer a higher
-length-normalised log-likelihood than the hallucinated one: ``acc_norm``), on the questions whose knowledge is in the
-memory's corpus (``test``) and on held-out ones.
+log-likelihood than the hallucinated one: summed, ``acc``, and per byte, ``acc_norm``), on the questions whose
+knowledge is in the memory's corpus (``test``) and on held-out ones. The right answer is nearly always the shorter
+choice, so both levels measure length as much as knowledge; the section says how often it is, and which way each
+method's changed choices went.
 
 The battery files hold every task the stage scored; :func:`task_family` sorts them into the no-regression battery,
 detection and preference, so that each is averaged and judged on its own.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from mlpmem.evaluation.compare import AVERAGE, LABELS, Row, compare, per_item
 from mlpmem.evaluation.stats import BootstrapConfig
+from studies.qa.choice_shift import Shift, shift_table
 from studies.tasks.installable import DETECT_GROUP, PREFER_GROUP
 
 FAMILIES = ("battery", "detect", "prefer")
@@ -70,8 +73,24 @@ def _paper(task: str) -> str:
     return "—" if base is None else f"{base} → {memory}"
 
 
-def hallucination_section(families: dict[str, dict[str, list[Row]]], labels: dict[str, str]) -> str:
-    """Detection and preference tables, every method against the backbone, with 95 % intervals."""
+def _preference_intro(shorter_right: dict[str, float]) -> str:
+    share = ", ".join(f"{_short(t)} {p:.1f} %" for t, p in shorter_right.items())
+    return ("Closed-book preference (`mlpmem_halueval_prefer`): the question alone, the right and the hallucinated "
+            "answer as the two choices; acc counts the items where the right one has the higher summed "
+            "log-likelihood, acc (norm) the higher log-likelihood per byte. `test`: questions whose knowledge is in "
+            "the memory's corpus; `held_out`: questions whose knowledge is in no corpus."
+            + (f" The right answer is the shorter choice in {share} of the items, so acc rewards a preference for "
+               "short answers and acc (norm) one for long answers: compare each method's Δ on `test` with its Δ "
+               "on `held_out`, not the levels." if share else ""))
+
+
+def hallucination_section(families: dict[str, dict[str, list[Row]]], labels: dict[str, str],
+                          shifts: dict[str, dict[str, Shift]] | None = None,
+                          shorter_right: dict[str, float] | None = None) -> str:
+    """Detection and preference tables, every method against the backbone, with 95 % intervals; with ``shifts``
+    (``{method: {task: Shift}}`` on the preference tasks) and ``shorter_right`` (``{task: percent}`` of items whose
+    right answer is the shorter), how far length explains the preference."""
+    shorter_right = shorter_right or {}
     detect, prefer = families.get("detect"), families.get("prefer")
     if not detect and not prefer:
         return "(not run: the battery scored no HaluEval detection or preference task)"
@@ -83,11 +102,14 @@ def hallucination_section(families: dict[str, dict[str, list[Row]]], labels: dic
                   "with its 95 % interval; the last column is the paper's Mistral-7B backbone → memory.", "",
                   *_table(detect, labels, "acc", ("paper (Mistral-7B)", _paper)), ""]
     if prefer:
-        parts += ["Closed-book preference (`mlpmem_halueval_prefer`): the question alone, the right and the "
-                  "hallucinated answer as the two choices; acc (norm) counts the items where the right one has the "
-                  "higher log-likelihood per byte. `test`: questions whose knowledge is in the memory's corpus; "
-                  "`held_out`: questions whose knowledge is in no corpus.", "",
-                  *_table(prefer, labels, "acc_norm"), ""]
+        parts += [_preference_intro(shorter_right), "", "Summed log-likelihood (acc):", "",
+                  *_table(prefer, labels, "acc"), "", "Per byte (acc norm):", "", *_table(prefer, labels, "acc_norm"),
+                  ""]
+        if shifts:
+            parts += ["Items whose summed-log-likelihood choice differs from the backbone's (a mixture moves toward "
+                      "the shorter choice whether or not it knows the answer, `studies.qa.choice_shift`):", "",
+                      shift_table({f"{labels.get(m, m)}, {_short(t)}": {t: x} for m, by_task in shifts.items()
+                                   for t, x in by_task.items()}, "backbone"), ""]
     return "\n".join(parts).rstrip()
 
 

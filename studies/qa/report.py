@@ -333,13 +333,17 @@ def cost_section(cost: dict, benches: list[str]) -> str:
                       "the data and the tasks is not counted):", "", *lines])
 
 
+def _shift_json(shifts: dict | None) -> dict:
+    return {m: {t: asdict(x) for t, x in by_task.items()} for m, by_task in (shifts or {}).items()}
+
+
 def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
     """``docs_dir/report.md``, its figures and ``docs_dir/results.json`` (the results without their per-item
     lists, plus ``intervals`` and ``claims``) from the suite's results."""
     docs = Path(docs_dir)
     docs.mkdir(parents=True, exist_ok=True)
     cfg = bootstrap_config(results)
-    families, shifts = battery_rows(results, cfg)
+    families, shifts, shorter_right = battery_rows(results, cfg)
     battery = families.get("battery", {})
     found = claims(results, cfg, battery, families.get("detect"))
     cost = cost_minutes(results)
@@ -352,8 +356,9 @@ def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
         perplexity_table(results, docs), "",
         "## General capability (no regression)", "", no_regression_table(results, cfg, docs), "",
         "## General capability through lm-eval (the battery)", "",
-        battery_section(battery, LABELS, docs, results.get("battery"), shifts), "",
-        "## Hallucination (HaluEval, through lm-eval)", "", hallucination_section(families, LABELS), "",
+        battery_section(battery, LABELS, docs, results.get("battery"), shifts.get("battery")), "",
+        "## Hallucination (HaluEval, through lm-eval)", "",
+        hallucination_section(families, LABELS, shifts.get("prefer"), shorter_right), "",
         "## The paper's claims at our scale", "", claims_table(found, results), "",
         "## Ablations", "", ablation_section(results, docs), "",
         "## What it cost", "", cost_section(cost, list(results["benchmarks"])), "",
@@ -362,10 +367,11 @@ def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
     path.write_text(text)
     write_json(docs / "results.json", {**without_per_item(results), "intervals": intervals_json(results, cfg, ORDER),
                                        "claims": found, "battery_intervals": rows_json(battery),
-                                       "hallucination": {f: rows_json(families[f]) for f in ("detect", "prefer")
-                                                         if f in families},
+                                       "hallucination": {**{f: rows_json(families[f]) for f in ("detect", "prefer")
+                                                            if f in families},
+                                                         "prefer_choice_shift": _shift_json(shifts.get("prefer")),
+                                                         "prefer_right_is_shorter_percent": shorter_right},
                                        "sources": task_sources(results.get("battery")),
                                        "cost_minutes": cost,
-                                       "battery_choice_shift": {m: {t: asdict(x) for t, x in s.items()}
-                                                                for m, s in shifts.items()}})
+                                       "battery_choice_shift": _shift_json(shifts.get("battery"))})
     return path

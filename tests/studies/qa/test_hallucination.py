@@ -5,6 +5,7 @@ import json
 
 from mlpmem.evaluation.stats import BootstrapConfig
 from studies.qa.battery_report import task_sources
+from studies.qa.choice_shift import Shift, shorter_target_share
 from studies.qa.hallucination import detection_claim, family_rows, hallucination_section, task_family
 
 CFG = BootstrapConfig(resamples=500, seed=0)
@@ -56,3 +57,23 @@ def test_task_sources_come_from_the_backbones_battery_file(tmp_path):
     path.write_text(json.dumps(results({"mlpmem_polarity": [1]})))
     assert task_sources({"methods": {"backbone": str(path)}}) == {"mlpmem_polarity": "gensim==4.4.0 test data"}
     assert task_sources(None) == {}
+
+
+def test_preference_reports_both_lengths_and_where_choices_moved():
+    base = results({"mlpmem_halueval_prefer_test": [1, 0] * 20})
+    memory = results({"mlpmem_halueval_prefer_test": [1] * 40})
+    families = family_rows(base, {"memory": memory}, CFG)
+    shifts = {"memory": {"mlpmem_halueval_prefer_test": Shift(items=40, changed=20, shorter=15, longer=5)}}
+    text = hallucination_section(families, {"memory": "memory + backbone"}, shifts,
+                                 {"mlpmem_halueval_prefer_test": 97.5})
+    assert "Summed log-likelihood (acc):" in text and "Per byte (acc norm):" in text
+    assert "shorter choice in test 97.5 % of the items" in text
+    assert "| memory + backbone, test | 40 | 20 | 15 | 5 | 0 |" in text
+
+
+def test_shorter_target_share_counts_items_whose_right_choice_is_strictly_shortest():
+    docs = [{"label": 1, "choices": ["a long wrong answer", "right"]},
+            {"label": 0, "choices": ["a long right answer", "no"]},
+            {"label": 0, "choices": ["same", "size"]}]
+    lm_eval = {"samples": {"t": [{"doc": d} for d in docs], "u": []}}
+    assert shorter_target_share(lm_eval, ["t", "u"]) == {"t": 100.0 / 3}
