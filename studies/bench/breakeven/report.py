@@ -7,6 +7,7 @@ from pathlib import Path
 from mlpmem.reporting.plots import pyplot
 from mlpmem.reporting.tables import markdown_table
 from studies.bench.breakeven.arithmetic import BreakEven, MethodCost, RequestShape, draw_totals
+from studies.bench.breakeven.config import FINETUNED
 
 OFFLINE = ("memory", "knnlm-exact", "knnlm", "rag", "cpt", "lora")
 TIMED = ("backbone", "memory", "knnlm-exact", "knnlm", "rag")
@@ -35,6 +36,8 @@ def header(results: dict) -> list[str]:
     machine = results.get("machine") or {}
     sizes = ",".join(str(s) for s in cfg["sizes"])
     sets = "".join(f" --set {o}" for o in cfg["overrides"])
+    if list(cfg["finetune"]) != list(FINETUNED):
+        sets += f" --finetune {','.join(cfg['finetune']) or 'none'}"
     return ["# When does the memory pay for itself? Offline cost against per-request savings\n",
             f"`python -m studies bench breakeven {results['run_config']} --sizes {sizes}{sets}`: one full run per "
             f"corpus size (the training split capped at that many tokens), its stages timed as they ran; then "

@@ -138,3 +138,15 @@ def test_projection_reaches_the_papers_datastore_and_six_times():
     memory_step = bb_step * (1 + regime.memory_parameters / regime.backbone_parameters)
     assert (bb_step + search / 1e9) / memory_step == pytest.approx(6.0, rel=1e-6)
     assert six_x_size(regime, {"decode": 1e12, "search": 1e3}) is None  # the fixed part of a search already costs more
+
+
+def test_header_names_the_command_that_reproduces_it():
+    from studies.bench.breakeven.report import header
+
+    results = {"config": {"sizes": [6000, 40000], "overrides": ["train.epochs=1"], "finetune": [], "repeats": 5,
+                          "warmup": 1, "serving_batch": 4},
+               "request": {"prompt_tokens": 256, "new_tokens": 32}, "run_config": "quick", "machine": {}}
+    assert "`python -m studies bench breakeven quick --sizes 6000,40000 --set train.epochs=1 --finetune none`" in \
+        header(results)[1]
+    results["config"]["finetune"] = ["cpt", "lora"]
+    assert "--finetune" not in header(results)[1]
