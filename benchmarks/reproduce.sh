@@ -63,6 +63,12 @@ $S bench scale quick --tokens 0 --sizes '' --corpus-repeats 4,16 --out runs/scal
 $S bench scale quick --tokens 0 --sizes '' --corpus-repeats '' --shard-steps 10 --shard-width 4096 \
   --out runs/scale-idle --docs $R/scale
 
+# docs/results/breakeven: offline cost against per-request cost at three corpus sizes (alone on an idle machine)
+$S bench breakeven quick --sizes 6000,40000,200000 --finetune none --docs $R/breakeven --quiet
+# docs/results/infer-limit: TTFT and decode at their limits, on the breakeven's 40k-token run
+$S bench infer runs/bench/breakeven/runs/train-40000/config.yaml --methods backbone,memory --batch-sizes 1 \
+  --repeats 21 --warmup 2 --no-ladder --out $R/infer-limit --quiet
+
 # docs/results/mosaics*: Memory Mosaics v2 against a matched Transformer, and an MLP Memory on top of each
 MM=.venv/bin/memory-mosaics
 C=src/memory_mosaics/configs
