@@ -96,14 +96,16 @@ def summaries(samples: dict) -> dict:
 
 
 def weight_limits(model, memory) -> dict:
-    """Bytes read per batch-1 decode step and the memory's best possible decode ratio (weight-bound)."""
+    """Bytes read per batch-1 decode step and the memory's best possible decode ratio (weight-bound). A corpus
+    head's rows are the memory's own (in its extra bytes): no fused head, no second read of the tied one."""
     backbone_bytes = unique_param_bytes(model)
     extra = unique_param_bytes(memory, exclude=[model])
     head = model.get_output_embeddings().weight
     head_bytes = head.numel() * head.element_size()
-    separate = extra + (head_bytes if memory.config.tie_head else 0)  # a tied head read a second time
+    rows = None if memory.vocab_ids is None else memory.vocab_ids.numel()
+    separate = extra + (head_bytes if memory.config.tie_head and rows is None else 0)  # a tied head read again
     return {"backbone_bytes": backbone_bytes, "memory_extra_bytes": extra, "head_bytes": head_bytes,
-            "decode_ratio_limit_fused": backbone_bytes / (backbone_bytes + extra),
+            "corpus_head_rows": rows, "decode_ratio_limit_fused": backbone_bytes / (backbone_bytes + extra),
             "decode_ratio_limit_separate_heads": backbone_bytes / (backbone_bytes + separate)}
 
 

@@ -80,9 +80,8 @@ def report(results: dict) -> str:
     lim = results["limits"]
     lines += ["## Weight-bound limit of the memory's decode ratio (batch 1)", "",
               f"Backbone weights {lim['backbone_bytes'] / 2**20:.1f} MiB, memory extra "
-              f"{lim['memory_extra_bytes'] / 2**20:.1f} MiB, tied head {lim['head_bytes'] / 2**20:.1f} MiB: limit "
-              f"{lim['decode_ratio_limit_fused']:.3f} with the fused head, "
-              f"{lim['decode_ratio_limit_separate_heads']:.3f} with two head reads.", ""]
+              f"{lim['memory_extra_bytes'] / 2**20:.1f} MiB, tied head {lim['head_bytes'] / 2**20:.1f} MiB: "
+              + limit_text(lim), ""]
     mix = results["mixing"]
     lines += [f"Mixing one step (B=1, V={results['info'].get('vocab', '')}): one-pass "
               f"{1e6 * mix['one_pass']['median']:.0f} µs, two log_softmax + logaddexp "
@@ -141,3 +140,11 @@ def plot(results: dict, path: str | Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def limit_text(lim: dict) -> str:
+    if lim.get("corpus_head_rows") is not None:
+        return (f"limit {lim['decode_ratio_limit_fused']:.3f} (the memory scores {lim['corpus_head_rows']:,} corpus "
+                "tokens with its own head rows, counted in its extra bytes).")
+    return (f"limit {lim['decode_ratio_limit_fused']:.3f} with the fused head, "
+            f"{lim['decode_ratio_limit_separate_heads']:.3f} with two head reads.")

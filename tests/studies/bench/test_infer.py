@@ -19,7 +19,7 @@ from mlpmem.memory import MLPMemory, tie_to_backbone
 from studies.bench.infer.config import InferBenchConfig
 from studies.bench.infer.ladder import ladder_notes, memory_variants
 from studies.bench.infer.measure import TimedMethod, measure, weight_limits
-from studies.bench.infer.report import targets
+from studies.bench.infer.report import limit_text, targets
 from studies.bench.infer.run import main
 from studies.bench.knn_setup import KnnSetupConfig
 
@@ -166,3 +166,15 @@ def test_knnlm_without_a_built_datastore_says_what_to_run(tmp_path, tiny_run):
         cfg = InferBenchConfig(knn_keys=keys, knn=KnnSetupConfig(sources=[str(tmp_path / "none")]))
         with pytest.raises(ConfigError, match=r"is not built; run `mlpmem datastore quick.yaml` first$"):
             knn_keys(cfg, tmp_path / "run", (None, None), False, "fp32", "quick.yaml")
+
+
+def test_weight_limits_of_a_corpus_head_count_its_rows_once():
+    backbone = tiny_backbone("llama")
+    memory = MLPMemory(memory_config_for(backbone, "tiny", key_layer=-1, tie_head=True, head_vocab_size=7)).eval()
+    memory.set_head_vocab(torch.arange(7) * 3)
+    tie_to_backbone(memory, backbone)
+    lim = weight_limits(backbone, memory)
+    assert lim["corpus_head_rows"] == 7
+    assert lim["decode_ratio_limit_separate_heads"] == lim["decode_ratio_limit_fused"] < 1
+    assert "7 corpus tokens with its own head rows" in limit_text(lim)
+    assert "with two head reads" in limit_text(weight_limits(backbone, tied_memory(backbone)))
