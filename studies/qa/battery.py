@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from mlpmem.baselines.methods import METHODS
+from mlpmem.baselines.methods import METHODS, knnlm_chosen, run_results
 from mlpmem.errors import ConfigError
 from mlpmem.pipeline.records import memory_sha256
 from mlpmem.utils.shards import read_json
@@ -68,12 +68,11 @@ def _method_args(cfg, method: str) -> str:
 
 
 def run_lambda(run_dir: Path, method: str) -> float:
-    """The λ of the memory (or kNN-LM) that the memory run chose on its validation perplexity: the mixture
-    ``augmented_from_run(run)`` gives a user. The battery scores the mixtures there, not at the λ the suite tunes on
-    the validation questions for answer generation: where that is 0 (no help in generating answers), the battery would
-    score the backbone again."""
-    results = read_json(run_dir / "results.json", "memory run results")
-    return results["lambda"] if method == "memory" else results["knnlm_chosen"]["lambda"]
+    """The λ of the memory (or kNN-LM) that the memory run chose on its validation perplexity, read where
+    :func:`~mlpmem.baselines.methods.build_method` reads it when given none: the mixture a user gets. The battery
+    scores the mixtures there, not at the λ the suite tunes on the validation questions for answer generation:
+    where that is 0 (no help in generating answers), the battery would score the backbone again."""
+    return run_results(run_dir)["lambda"] if method == "memory" else knnlm_chosen(run_dir)["lambda"]
 
 
 def _scored_with(cfg, method: str) -> dict:

@@ -44,7 +44,9 @@ def test_a_battery_file_is_scored_again_when_its_memory_gate_or_arguments_change
     (bench / "methods").mkdir(parents=True)
     memory.mkdir(parents=True)
     run_results = bench / "memory-run" / "results.json"
-    run_results.write_text(json.dumps({"lambda": 0.5, "knnlm_chosen": {"lambda": 0.2}}))
+    run_results.write_text(json.dumps({"lambda": 0.5}))
+    (bench / "memory-run" / "knnlm").mkdir()
+    (bench / "memory-run" / "knnlm" / "results.json").write_text(json.dumps({"chosen": {"lambda": 0.2}}))
 
     def weights(data: bytes):
         from mlpmem.utils.checksums import record_folder
@@ -57,7 +59,7 @@ def test_a_battery_file_is_scored_again_when_its_memory_gate_or_arguments_change
     assert first["memory"]["memory_sha256"] and "memory_sha256" not in first["knnlm"]
     weights(b"two")  # the memory trained again: its battery file is stale, kNN-LM's is not
     assert _scored_with(cfg, "memory") != first["memory"] and _scored_with(cfg, "knnlm") == first["knnlm"]
-    run_results.write_text(json.dumps({"lambda": 0.35, "knnlm_chosen": {"lambda": 0.2}}))  # another λ chosen
+    run_results.write_text(json.dumps({"lambda": 0.35}))  # another λ chosen
     assert ",lam=0.35," in _scored_with(cfg, "memory")["model_args"]
     (bench / "methods" / "memory.json").write_text(json.dumps({"lambda": 0.0}))  # the QA-tuned λ: not the battery's
     assert ",lam=0.35," in _scored_with(cfg, "memory")["model_args"]
