@@ -23,8 +23,9 @@ from mlpmem.errors import ConfigError
 from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.pipeline import run_stage
 from mlpmem.pipeline.train import build_memory, eval_data, train_data
-from mlpmem.training.checkpoint import STATE_FILE
+from mlpmem.training.checkpoint import STATE_FILE, TrainState
 from mlpmem.training.loop import CHECKPOINT, train_memory
+from mlpmem.training.selection import record_evaluation
 from mlpmem.utils.shards import read_json, write_json
 from studies.qa.eval_qa import tune_lambda
 from studies.qa.runner import Context
@@ -115,14 +116,12 @@ def stopping_rules(epochs: list[dict], patience: int = 3) -> dict:
     def best_f1(row: dict) -> dict:
         return max(row["questions"], key=lambda r: (round(r["f1"], 6), -r["lambda"]))
 
-    kept, waited = epochs[0], 0
-    for row in epochs[1:]:
-        if waited >= patience:
+    state = TrainState(built_from={})  # the training loop's own patience bookkeeping, one evaluation per epoch
+    for row in epochs:
+        record_evaluation(state, row["epoch"], row["validation"]["joint_ppl"], patience)
+        if state.stopped:
             break
-        if row["validation"]["joint_ppl"] < kept["validation"]["joint_ppl"]:
-            kept, waited = row, 0
-        else:
-            waited += 1
+    kept = next(row for row in epochs if row["epoch"] == state.best_step)
     by_ppl = min(epochs, key=lambda row: (row["validation"]["joint_ppl"], row["epoch"]))
     by_f1 = max(epochs, key=lambda row: (round(best_f1(row)["f1"], 6), -row["epoch"]))
     rules = (("last", epochs[-1]), (f"early stopping, patience {patience}", kept), ("lowest validation ppl", by_ppl),
