@@ -202,6 +202,9 @@ COMMANDS = (
                     help="time kNN-LM with IVF-PQ too from this many datastore keys"),
                 Arg("--pq-bytes", type=int, default_from=BREAKEVEN, help="bytes per IVF-PQ code"),
                 Arg("--nprobe", type=int, default_from=BREAKEVEN, help="IVF lists searched per query"),
+                Arg("--search-keys", type=comma_ints, default_from=BREAKEVEN, metavar="N,N,...",
+                    help="also time kNN-LM's decode over this many keys each (the largest size's datastore topped up "
+                         "with synthetic keys: search cost only)"),
                 Arg("--finetune", type=comma_names, default_from=BREAKEVEN,
                     help="fine-tuned baselines whose training is timed at each size (cpt,lora or none)"),
                 Arg("--threads", type=int, help="torch/FAISS threads (default: all cores)"),

@@ -39,6 +39,9 @@ class BreakEvenConfig(Config):
     nprobe: int = 32
     finetune: list[str] = field(default_factory=lambda: list(FINETUNED))
     """Also train these fine-tuned baselines on each size's corpus, for their offline time ([]: none)."""
+    search_keys: list[int] = field(default_factory=list)
+    """kNN-LM's decode also timed on the largest size's run over this many keys each, its datastore topped up with
+    synthetic keys (:mod:`.search_scale`; search cost only), e.g. 10M: []: none."""
     threads: int | None = None
 
     def validate(self) -> None:
@@ -52,6 +55,8 @@ class BreakEvenConfig(Config):
             raise ConfigError(f"breakeven rag_retriever must be dense or bm25, got {self.rag_retriever!r}")
         if self.ivfpq_min_keys < 1 or self.pq_bytes < 1 or self.nprobe < 1:
             raise ConfigError("breakeven ivfpq_min_keys, pq_bytes and nprobe must be >= 1")
+        if any(n < 1 for n in self.search_keys) or len(set(self.search_keys)) != len(self.search_keys):
+            raise ConfigError(f"breakeven search_keys must be distinct key counts >= 1, got {self.search_keys}")
         bad = set(self.finetune) - set(FINETUNED)
         if bad:
             raise ConfigError(f"breakeven finetune takes {FINETUNED}, got {sorted(bad)}")

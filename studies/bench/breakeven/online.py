@@ -47,19 +47,22 @@ def infer_config(cfg: BreakEvenConfig, size: SizeRun, ivfpq: bool) -> InferBench
                             out_dir=str(size.folder / "infer"), knn=knn, knn_keys="run")
 
 
-def timed_online(cfg: BreakEvenConfig, size: SizeRun, progress: bool) -> dict:
-    """``bench infer``'s results for the size (measured now, or read back when its settings are the same)."""
-    store = KeyStore(size.run.layout.datastore, verify=False)
-    note = ivfpq_note(cfg, store)
-    icfg = infer_config(cfg, size, note is None)
+def infer_results(size: SizeRun, icfg: InferBenchConfig, progress: bool) -> dict:
+    """``bench infer``'s results on the size's run under ``icfg``: measured now, or read back from ``icfg.out_dir``
+    when they were measured under the same settings."""
     saved = Path(icfg.out_dir) / "results.json"
     wanted = json.loads(json.dumps(asdict(icfg), default=str))
     if saved.is_file():
         results = read_json(saved, "bench infer results")
         if results.get("config") == wanted:
-            return {**results, "ivfpq_note": note}
-    results = infer.main(str(size.run.layout.config), icfg, progress=progress)
-    return {**json.loads(json.dumps(results, default=str)), "ivfpq_note": note}
+            return results
+    return json.loads(json.dumps(infer.main(str(size.run.layout.config), icfg, progress=progress), default=str))
+
+
+def timed_online(cfg: BreakEvenConfig, size: SizeRun, progress: bool) -> dict:
+    """``bench infer``'s results for the size (measured now, or read back when its settings are the same)."""
+    note = ivfpq_note(cfg, KeyStore(size.run.layout.datastore, verify=False))
+    return {**infer_results(size, infer_config(cfg, size, note is None), progress), "ivfpq_note": note}
 
 
 def index_record(size: SizeRun) -> dict | None:

@@ -5,8 +5,9 @@ and the measured online ratios. A projection with its assumptions, never a measu
 Assumptions, all in :class:`PaperRegime` and printed with the result: every cost is FLOPs ÷ the rate this machine
 reached on the same stage (so the machine stays this one, only the sizes change); decode and TTFT scale with the
 backbone's parameters (weight-bound) and keep their measured ratios to the backbone; a kNN-LM search costs what an
-IVF-PQ search with the paper's lists, probes and codes costs in FLOPs (:func:`.flops.search`), at the measured
-search rate; keys are read once per token (no window overlap).
+IVF-PQ search with the paper's lists, probes and codes costs in FLOPs (:func:`.flops.search`), at the search rate
+measured over the most keys searched (:mod:`.search_scale` when run); keys are read once per token (no window
+overlap).
 """
 
 from __future__ import annotations
@@ -44,9 +45,10 @@ def _rate(flop: float | None, seconds: float) -> float | None:
     return None if not flop or seconds <= 0 else flop / seconds
 
 
-def measured_rates(largest: dict) -> dict:
+def measured_rates(largest: dict, searched: dict | None = None) -> dict:
     """FLOP/s this machine reached at the largest size: per offline stage, RAG's encoding, kNN-LM's search per
-    query (IVF-PQ if timed, else exact), and the backbone's decode step and prefill (2 FLOPs per parameter and
+    query (IVF-PQ if timed, else exact; over the most keys searched, ``searched``, an entry of
+    :mod:`.search_scale`, when given), and the backbone's decode step and prefill (2 FLOPs per parameter and
     token)."""
     parts, fl = largest["offline_seconds"]["memory_parts"], largest["offline_flops_estimate"]["memory_parts"]
     rates = {k: _rate(fl[k], parts[k]) for k in ("keys", "teacher", "train")}
@@ -59,7 +61,12 @@ def measured_rates(largest: dict) -> dict:
     index = largest.get("ivfpq") or {}
     per_query = (flops.search("ivf_pq", d, n, 1, index["nlist"], index["nprobe"], largest["pq_bytes"])
                  if kind == "knnlm" else flops.search("exact", d, n, 1))
-    rates["search"], rates["search_kind"] = _rate(per_query, search[kind]), kind
+    rates["search"], rates["search_kind"], rates["search_keys"] = _rate(per_query, search[kind]), kind, n
+    if searched is not None:
+        index = searched["index"]
+        per_query = flops.search("ivf_pq", d, searched["keys"], 1, index["nlist"], index["nprobe"], largest["pq_bytes"])
+        rates["search"], rates["search_kind"] = _rate(per_query, searched["search_s_per_token"]), "knnlm"
+        rates["search_keys"] = searched["keys"]
     backbone = largest["online"]["backbone"]["1"]
     rates["decode"] = 2.0 * largest["backbone_parameters"] / backbone["decode_s"]
     rates["prefill"] = 2.0 * largest["backbone_parameters"] * largest["prompt_tokens"] / backbone["ttft_s"]
@@ -111,10 +118,12 @@ def six_x_size(regime: PaperRegime, rates: dict, target: float = 6.0) -> float |
     return None if needed <= fixed else (needed - fixed) / per_key
 
 
-def project(largest: dict, shape: RequestShape, regime: PaperRegime | None = None) -> dict:
-    """The projection from the largest measured size (see the module's assumptions)."""
+def project(largest: dict, shape: RequestShape, searched: dict | None = None,
+            regime: PaperRegime | None = None) -> dict:
+    """The projection from the largest measured size and, for the search rate, the most keys searched (see the
+    module's assumptions)."""
     regime = regime or PaperRegime()
-    rates = measured_rates(largest)
+    rates = measured_rates(largest, searched)
     if None in (rates["keys"], rates["teacher"], rates["train"], rates["rag"], rates["search"]):
         return {"note": "no projection: a stage without a FLOP estimate or a measured time (e.g. BM25's RAG)"}
     ratios = _ratios(largest)

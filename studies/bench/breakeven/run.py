@@ -21,6 +21,7 @@ from studies.bench.breakeven.growth import growth_laws
 from studies.bench.breakeven.online import index_record, storage, timed_online
 from studies.bench.breakeven.projection import project
 from studies.bench.breakeven.report import plot, report
+from studies.bench.breakeven.search_scale import search_scale
 from studies.bench.breakeven.stages import SizeRun, finetune_costs, size_run, timed_pipeline
 from studies.bench.common import threads, write_outputs
 
@@ -75,13 +76,15 @@ def run_breakeven(config_path: str, cfg: BreakEvenConfig, progress: bool = True)
     base = PipelineConfig.from_yaml(config_path, cfg.overrides)
     entries, machine = [], None
     with thread_cap(cfg.threads):
-        for size in size_runs(cfg, base, progress):
+        runs = size_runs(cfg, base, progress)
+        for size in runs:
             entry, machine = measure_size(cfg, size, progress)
             entries.append(entry)
+        searched = search_scale(cfg, runs[-1], progress)
     shape = shape_of(cfg.prompt_tokens, cfg.new_tokens)
     return {"config": json.loads(json.dumps(asdict(cfg))), "run_config": config_path, "request": asdict(shape),
-            "machine": machine, "sizes": entries, "growth": growth_laws(entries),
-            "projection": project(max(entries, key=lambda e: e["tokens"]), shape)}
+            "machine": machine, "sizes": entries, "growth": growth_laws(entries), "search_scale": searched,
+            "projection": project(max(entries, key=lambda e: e["tokens"]), shape, searched[-1] if searched else None)}
 
 
 def main(config_path: str, cfg: BreakEvenConfig, progress: bool = True) -> dict:
@@ -96,7 +99,7 @@ def main(config_path: str, cfg: BreakEvenConfig, progress: bool = True) -> dict:
 
 def cmd_breakeven(args: argparse.Namespace) -> None:
     names = ("sizes", "out_dir", "docs_dir", "prompt_tokens", "new_tokens", "serving_batch", "repeats", "warmup",
-             "rag_retriever", "ivfpq_min_keys", "pq_bytes", "nprobe", "threads")
+             "rag_retriever", "ivfpq_min_keys", "pq_bytes", "nprobe", "search_keys", "threads")
     values = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
     if args.finetune is not None:
         values["finetune"] = [n for n in args.finetune if n and n != "none"]

@@ -20,6 +20,7 @@ from studies.bench.breakeven.config import BreakEvenConfig
 from studies.bench.breakeven.run import main
 
 SIZES = [300, 900, 2700]
+SEARCH_KEYS = 5000
 VERDICTS = {"always", "after", "until", "never"}
 
 
@@ -43,7 +44,7 @@ def measured(tmp_path_factory, tiny_backbone_dir):
             "corpus.max_tokens.validation=300", "corpus.max_tokens.test=300"]
     cfg = BreakEvenConfig(sizes=SIZES, overrides=sets, out_dir=str(root / "out"), docs_dir=str(root / "docs"),
                           prompt_tokens=8, new_tokens=3, serving_batch=2, repeats=1, warmup=0, ivfpq_min_keys=800,
-                          pq_bytes=8, threads=1)
+                          pq_bytes=8, search_keys=[SEARCH_KEYS], threads=1)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("studies.bench.infer.setup.load_encoder", TinyEncoder)
         mp.setattr("mlpmem.utils.shards.FSYNC", False)
@@ -116,6 +117,21 @@ def test_growth_laws_and_projection(measured):
     assert proj["decode_6x_tokens"] is None or proj["decode_6x_tokens"] > 0
 
 
+def test_search_beyond_the_corpus_tops_the_largest_run_up_with_synthetic_keys(measured):
+    root, cfg, results = measured
+    (searched,) = results["search_scale"]
+    largest = results["sizes"][-1]
+    assert searched["keys"] == SEARCH_KEYS and searched["run_tokens"] == largest["tokens"]
+    assert largest["tokens"] <= searched["real_keys"] < SEARCH_KEYS  # the run's datastore and validation keys
+    assert searched["memory_over_knnlm"] == pytest.approx(searched["decode_tok_s"]["memory"]
+                                                          / searched["decode_tok_s"]["knnlm"])
+    assert searched["index"]["nlist"] == 5000 // 39 and searched["index"]["bytes"] > 0  # 39 training keys a list
+    assert results["projection"]["rates_flop_s"]["search_keys"] == SEARCH_KEYS
+    text = (root / "docs" / "report.md").read_text()
+    assert "## kNN-LM's search beyond the measured corpora (synthetic keys)" in text
+    assert f"--search-keys {SEARCH_KEYS}" in text
+
+
 def test_report_results_and_figure(measured):
     root, cfg, results = measured
     docs = root / "docs"
@@ -132,7 +148,8 @@ def test_report_results_and_figure(measured):
 
 def test_a_rerun_measures_nothing_again(measured):
     root, cfg, results = measured
-    files = sorted((root / "out").glob("train-*/costs.json")) + sorted((root / "out").glob("train-*/infer/*.json"))
+    files = (sorted((root / "out").glob("train-*/costs.json")) + sorted((root / "out").glob("train-*/infer/*.json"))
+             + sorted((root / "out").glob("search-*/*/*.json")))
     before = {f: f.stat().st_mtime_ns for f in files}
     again = main("tiny", dataclasses.replace(cfg, docs_dir=str(root / "docs-again")), progress=False)
     assert {f: f.stat().st_mtime_ns for f in files} == before
@@ -151,7 +168,8 @@ def test_a_changed_config_or_sizes_past_the_corpus_are_one_line_errors(measured)
 
 
 @pytest.mark.parametrize("bad", [dict(sizes=[]), dict(sizes=[100, 100]), dict(new_tokens=1),
-                                 dict(finetune=["qlora"]), dict(rag_retriever="tfidf")])
+                                 dict(finetune=["qlora"]), dict(rag_retriever="tfidf"), dict(search_keys=[0]),
+                                 dict(search_keys=[10, 10])])
 def test_bad_options_are_one_line_errors(bad):
     with pytest.raises(ConfigError) as exc:
         BreakEvenConfig(**bad)
