@@ -64,7 +64,8 @@ $S bench scale quick --tokens 0 --sizes '' --corpus-repeats '' --shard-steps 10 
   --out runs/scale-idle --docs $R/scale
 
 # docs/results/breakeven: offline cost against per-request cost at three corpus sizes (alone on an idle machine)
-$S bench breakeven quick --sizes 6000,40000,200000 --finetune none --docs $R/breakeven --quiet
+$S bench breakeven quick --sizes 6000,40000,200000 --finetune none --search-keys 10000000 --docs $R/breakeven \
+    --quiet
 # docs/results/infer-limit: TTFT and decode at their limits, on the breakeven's 40k-token run
 $S bench infer runs/bench/breakeven/runs/train-40000/config.yaml --methods backbone,memory --batch-sizes 1 \
   --repeats 21 --warmup 2 --no-ladder --out $R/infer-limit --quiet
