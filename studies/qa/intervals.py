@@ -33,9 +33,11 @@ JSON_NAMES = {"em": "em", "f1": "f1", "acc_ll": "acc", "acc_pmi": "pmi"}
 METRIC_LABELS = {"em": "EM", "f1": "F1", "acc_ll": "acc (LL)", "acc_pmi": "acc (PMI)"}
 COMPARE_METRICS = {"em": "em", "f1": "f1", "acc_ll": "acc", "acc_pmi": "acc_mutual_info"}
 """The same metrics under :mod:`mlpmem.evaluation.compare`'s names (its labels and plot panels)."""
-CONTRASTS = (("memory-gate", "memory"), ("memory", "knnlm"), ("memory-gate", "knnlm"))
+CONTRASTS = (("memory-gate", "memory"), ("memory", "knnlm"), ("memory-gate", "knnlm"), ("memory", "rag-dense"),
+             ("memory", "rag-bm25"), ("memory", "cpt"), ("memory", "lora"))
 """``(method, reference)`` pairs the report compares head to head besides each against the backbone: the gate
-against the fixed λ, and each way of mixing the memory against kNN-LM on the same datastore."""
+against the fixed λ, each way of mixing the memory against kNN-LM on the same datastore, and the memory against
+each other way of giving the backbone the same corpus (RAG, CPT, LoRA)."""
 
 
 def bootstrap_config(results: dict) -> BootstrapConfig:

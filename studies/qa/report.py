@@ -148,10 +148,11 @@ def qa_differences(results: dict, cfg: BootstrapConfig, docs: Path) -> str:
 
 
 def contrasts_section(results: dict, cfg: BootstrapConfig) -> str:
-    """The gate against the fixed λ and the memory against kNN-LM, paired over the same test questions."""
+    """The gate against the fixed λ and the memory against kNN-LM, RAG, CPT and LoRA, paired over the same test
+    questions."""
     found = contrast_comparisons(results, cfg)
     if not found:
-        return "(fewer than two of MLP Memory, its gate and kNN-LM were scored)"
+        return "(the memory and none of its gate, kNN-LM, RAG, CPT or LoRA were scored)"
     return "\n".join([contrast_table(found, LABELS), "", "Δ = method − reference in points on the test questions "
                       "both answered, resampled together; \"above\" / \"below\" only when the 95 % interval "
                       "excludes 0."])
