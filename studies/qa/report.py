@@ -111,8 +111,20 @@ def qa_table(results: dict, cfg: BootstrapConfig) -> str:
     if "halueval_qa" in benches:
         lines.append("halueval_qa held-out: the control questions, whose knowledge is in no corpus: a closed-book "
                      "method should stay at the backbone's level there.")
-    lines += _openness_lines(benches)
+    lines += _openness_lines(benches) + _gate_text_lines(benches)
     return "\n".join(lines)
+
+
+def _gate_text_lines(benches: dict) -> list[str]:
+    """The gated memory on its run's held-out text: perplexity with the gate against the run's fixed λ."""
+    out = []
+    for name, b in benches.items():
+        g = (b["methods"].get("memory-gate") or {}).get("gate_text_ppl")
+        if g:
+            out.append(f"MLP Memory + gate on the held-out text of {name}'s memory run: perplexity "
+                       f"{g['ppl_gate']:.3f} with the gate (mean λ_t {g['mean_gate']:.2f}) against "
+                       f"{g['ppl_fixed']:.3f} at the run's fixed λ = {g['lambda_fixed']:g}.")
+    return out
 
 
 OPENNESS = {"questions": "the validation questions' answers", "negatives": "the negatives in their prompts",

@@ -226,6 +226,17 @@ def test_the_report_says_where_the_question_gate_opens(tmp_path):
     assert "closes the gate" not in report
 
 
+def test_the_report_gives_the_gates_perplexity_beside_the_fixed_lambda(tmp_path):
+    results = suite_results({"synthetic": {"backbone": WRONG, "memory": RIGHT, "memory-gate": SOME}})
+    results["benchmarks"]["synthetic"]["methods"]["memory-gate"].update(
+        gate_offset=0.0, gate_text_ppl={"ppl_fixed": 19.5677, "ppl_gate": 18.9614, "mean_gate": 0.3016,
+                                        "lambda_fixed": 0.25})
+    results["config"].update(methods=["backbone", "memory", "memory-gate"])
+    write_report(results, tmp_path, "python -m studies qa report suite.yaml")
+    assert ("MLP Memory + gate on the held-out text of synthetic's memory run: perplexity 18.961 with the gate (mean "
+            "λ_t 0.30) against 19.568 at the run's fixed λ = 0.25.") in (tmp_path / "report.md").read_text()
+
+
 def test_the_report_says_where_the_floor_closes_the_gate(tmp_path):
     results = suite_results({"synthetic": {"backbone": WRONG, "memory": RIGHT, "memory-gate": SOME}})
     results["benchmarks"]["synthetic"]["methods"]["memory-gate"].update(
