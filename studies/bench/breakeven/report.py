@@ -124,7 +124,7 @@ def search_table(searched: list[dict]) -> list[str]:
     return ["## kNN-LM's search beyond the measured corpora (synthetic keys)\n",
             f"The largest size's run ({searched[0]['run_tokens']:,} corpus tokens) with its datastore topped up by "
             "synthetic keys, each a real key drawn at random plus Gaussian noise of 0.1 standard deviation per "
-            "dimension, with that key's next token (`studies/bench/knn_setup.py`); IVF-PQ with lists sized to the "
+            "dimension, with that key's next token (`studies/bench/synthetic_keys.py`); IVF-PQ with lists sized to the "
             "keys, the same probes and codes, re-ranked from the fp16 keys; decode at batch 1. Only the search's "
             "cost is measured: what the synthetic neighbours predict is no kNN-LM's. Exact search is not timed "
             "at these counts (it holds every key in RAM as fp32).\n",

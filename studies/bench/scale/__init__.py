@@ -22,6 +22,6 @@ Five measurements, each in fresh subprocesses so that peak RSS and timings belon
 Modules: :mod:`.run` (the command: measure, write; its options are declared in :mod:`studies.cli`),
 :mod:`.sections` (the five measurements, driving the workers), :mod:`.launch` (starting workers),
 :mod:`.workers` (what runs in them; ``python -m studies.bench.scale WORKER ARGS`` via
-:mod:`.__main__`), :mod:`.synthetic` (synthetic keystores and training), :mod:`.corpus` (the repeated corpus),
-:mod:`.report` (the Markdown).
+:mod:`.__main__`), :mod:`.synthetic` (teacher and training over the synthetic keystores of
+:mod:`studies.bench.synthetic_keys`), :mod:`.corpus` (the repeated corpus), :mod:`.report` (the Markdown).
 """

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from studies.bench.scale.corpus import repeated_corpus
 from studies.bench.scale.launch import WORKER_MODULE, launch, run_worker
-from studies.bench.scale.synthetic import synthetic_keystore
+from studies.bench.synthetic_keys import synthetic_keystore
 
 
 def bench_processes(config: str, out: Path, tokens: int, worlds: list[int]) -> list[dict]:
@@ -43,9 +43,7 @@ def bench_memory(out: Path, sizes: list[int], dim: int, vocab: int, steps: int) 
 
 def bench_sharding(out: Path, size: int, dim: int, vocab: int, steps: int, width: int) -> list[dict]:
     """DDP against FSDP training with 2 processes: each process's peak RSS and seconds."""
-    store = out / f"synthetic-{size}" / "datastore"
-    if not (store / "manifest.json").is_file():
-        synthetic_keystore(store, size, dim, vocab)
+    store = synthetic_keystore(out / f"synthetic-{size}" / "datastore", size, dim, vocab)  # reused when built
     if not (store.parent / "teacher" / "manifest.json").is_file():
         run_worker(["worker-memory", str(store), "teacher", "0"])
     rows = []

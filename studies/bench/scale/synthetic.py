@@ -1,7 +1,6 @@
-"""Synthetic keystores in the real on-disk format, their teacher settings, and seeded training over them.
-
-The memory and sharding measurements need datastores of chosen sizes without running a backbone: clustered
-random fp16 keys stand in for the extracted keys.
+"""The teacher settings of the synthetic keystores (:func:`studies.bench.synthetic_keys.synthetic_keystore`) and
+seeded training over them: the memory and sharding measurements need datastores of chosen sizes without running a
+backbone.
 """
 
 from __future__ import annotations
@@ -11,35 +10,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mlpmem.datastore import FORMAT, KeyStore
+from mlpmem.datastore import KeyStore
 from mlpmem.index import IndexConfig
 from mlpmem.memory import MemoryConfig, MLPMemory
 from mlpmem.teacher import TeacherConfig, TeacherStore, build_teacher
 from mlpmem.training.config import TrainConfig
 from mlpmem.training.data import EvalData, TrainData
 from mlpmem.training.loop import train_memory
-from mlpmem.utils.shards import MANIFEST, save_array, write_json
-
-
-def synthetic_keystore(out: Path, rows: int, dim: int, vocab: int, shard_rows: int = 8192, seed: int = 0) -> Path:
-    """A keystore of clustered random fp16 keys in the real on-disk format (for memory measurements)."""
-    out.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    centers = rng.normal(size=(256, dim)).astype(np.float32)  # (256, dim)
-    shards = []
-    for index, start in enumerate(range(0, rows, shard_rows)):
-        n = min(shard_rows, rows - start)
-        cls = rng.integers(0, 256, n)
-        keys = (centers[cls] + 0.3 * rng.normal(size=(n, dim))).astype(np.float16)  # (n, dim)
-        values = (cls * (vocab // 256) + rng.integers(0, 2, n)).astype(np.int32)  # (n,)
-        files = {"keys": save_array(out, f"keys-{index:05d}.npy", keys),
-                 "values": save_array(out, f"values-{index:05d}.npy", values)}
-        shards.append({"index": index, "windows": 0, "rows": n, "files": files})
-    backbone = {"name": "synthetic", "model_type": "synthetic", "hidden_size": dim, "num_layers": 1,
-                "vocab_size": vocab, "tokenizer_sha": "-", "weights_sha": f"seed{seed}"}
-    write_json(out / MANIFEST, {"format": FORMAT, "backbone": backbone, "layer": 0, "site": "ffn_input",
-                                "rows": rows, "shards": shards, "complete": True})
-    return out
 
 
 def synthetic_teacher_config() -> TeacherConfig:

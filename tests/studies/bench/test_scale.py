@@ -6,8 +6,8 @@ from helpers.corpus import write_corpus
 from mlpmem.datastore import KeyStore
 from studies.bench.scale.corpus import repeated_corpus
 from studies.bench.scale.report import markdown
-from studies.bench.scale.synthetic import synthetic_keystore
 from studies.bench.scale.workers import worker_corpus
+from studies.bench.synthetic_keys import synthetic_keystore
 
 
 def test_synthetic_keystore_opens_as_a_verified_keystore(tmp_path):

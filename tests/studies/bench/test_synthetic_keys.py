@@ -11,15 +11,15 @@ import pytest
 from mlpmem.baselines.knnlm import CombinedKeyStore
 from mlpmem.datastore import KeyStore
 from mlpmem.errors import ConfigError
-from studies.bench import knn_setup
-from studies.bench.knn_setup import KnnSetupConfig, resampled_keys
-from studies.bench.scale.synthetic import synthetic_keystore
+from studies.bench import synthetic_keys
+from studies.bench.knn_setup import KnnSetupConfig
+from studies.bench.synthetic_keys import resampled_keys, synthetic_keystore
 
 
 @pytest.fixture
 def source(tmp_path, monkeypatch):
     monkeypatch.setattr("mlpmem.utils.shards.FSYNC", False)
-    monkeypatch.setattr(knn_setup, "RESAMPLE_SHARD_ROWS", 300)
+    monkeypatch.setattr(synthetic_keys, "RESAMPLE_SHARD_ROWS", 300)
     return CombinedKeyStore([synthetic_keystore(tmp_path / "source", rows=1000, dim=16, vocab=512, shard_rows=400)])
 
 
