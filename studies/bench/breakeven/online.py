@@ -65,9 +65,9 @@ def timed_online(cfg: BreakEvenConfig, size: SizeRun, progress: bool) -> dict:
     return {**infer_results(size, infer_config(cfg, size, note is None), progress), "ivfpq_note": note}
 
 
-def index_record(size: SizeRun) -> dict | None:
-    """The cached IVF-PQ index's record (``build_seconds``, ``nlist``, ``ntotal``) and bytes; None if not built."""
-    folder = size.folder / "knn-index"
+def index_record(folder: Path) -> dict | None:
+    """The IVF-PQ index cached in ``folder``: its record (``build_seconds``, ``nlist``, ``ntotal``) and bytes; None
+    if not built."""
     if not (folder / "index.json").is_file():
         return None
     return {**read_json(folder / "index.json", "kNN-LM index record"), "bytes": (folder / "index.faiss").stat().st_size}

@@ -55,22 +55,26 @@ def measured_rates(largest: dict, searched: dict | None = None) -> dict:
     rates["rag"] = _rate(largest["offline_flops_estimate"]["rag"], largest["offline_seconds"]["rag"])
     rates["index"] = _rate(largest["offline_flops_estimate"].get("knnlm_index"),
                            largest["offline_seconds"].get("knnlm_index", 0.0)) or rates["teacher"]
-    search = largest["search_s_per_token"]
-    kind = "knnlm" if "knnlm" in search else "knnlm-exact"
-    n, d = largest["tokens"], largest["key_dim"]
-    index = largest.get("ivfpq") or {}
-    per_query = (flops.search("ivf_pq", d, n, 1, index["nlist"], index["nprobe"], largest["pq_bytes"])
-                 if kind == "knnlm" else flops.search("exact", d, n, 1))
-    rates["search"], rates["search_kind"], rates["search_keys"] = _rate(per_query, search[kind]), kind, n
-    if searched is not None:
-        index = searched["index"]
-        per_query = flops.search("ivf_pq", d, searched["keys"], 1, index["nlist"], index["nprobe"], largest["pq_bytes"])
-        rates["search"], rates["search_kind"] = _rate(per_query, searched["search_s_per_token"]), "knnlm"
-        rates["search_keys"] = searched["keys"]
+    rates["search"], rates["search_kind"], rates["search_keys"] = _search_rate(largest, searched)
     backbone = largest["online"]["backbone"]["1"]
     rates["decode"] = 2.0 * largest["backbone_parameters"] / backbone["decode_s"]
     rates["prefill"] = 2.0 * largest["backbone_parameters"] * largest["prompt_tokens"] / backbone["ttft_s"]
     return rates
+
+
+def _search_rate(largest: dict, searched: dict | None) -> tuple[float | None, str, int]:
+    """FLOP/s of one kNN-LM search, its kind and the keys searched: over ``searched``'s keys when given (IVF-PQ),
+    else the largest size's own datastore (IVF-PQ if timed there, else exact)."""
+    d, pq_bytes = largest["key_dim"], largest["pq_bytes"]
+    if searched is not None:
+        n, index, seconds, kind = searched["keys"], searched["index"], searched["search_s_per_token"], "knnlm"
+    else:
+        search = largest["search_s_per_token"]
+        kind = "knnlm" if "knnlm" in search else "knnlm-exact"
+        n, index, seconds = largest["tokens"], largest.get("ivfpq") or {}, search[kind]
+    per_query = (flops.search("ivf_pq", d, n, 1, index["nlist"], index["nprobe"], pq_bytes) if kind == "knnlm"
+                 else flops.search("exact", d, n, 1))
+    return _rate(per_query, seconds), kind, n
 
 
 def _ratios(largest: dict) -> dict:

@@ -47,7 +47,7 @@ def measure_size(cfg: BreakEvenConfig, size: SizeRun, progress: bool) -> tuple[d
     timed_pipeline(size)
     finetune = finetune_costs(size, cfg.finetune, progress)
     online = timed_online(cfg, size, progress)
-    index = index_record(size) if "knnlm" in online["methods"] else None
+    index = index_record(size.folder / "knn-index") if "knnlm" in online["methods"] else None
     shape = shape_of(cfg.prompt_tokens, cfg.new_tokens)
     entry = size_entry(size, shape, cfg.new_tokens, online, storage(size, online, index, finetune), index,
                        cfg.pq_bytes)

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mlpmem.baselines.knnlm import CombinedKeyStore
+from mlpmem.errors import ConfigError
 from mlpmem.index import IndexConfig
-from mlpmem.utils.shards import read_json
 from studies.bench.breakeven.config import BreakEvenConfig
-from studies.bench.breakeven.online import infer_results
+from studies.bench.breakeven.costs import online_costs, search_per_token
+from studies.bench.breakeven.online import index_record, infer_results
 from studies.bench.breakeven.stages import SizeRun
 from studies.bench.infer.config import InferBenchConfig
-from studies.bench.knn_setup import KnnSetupConfig
+from studies.bench.infer.setup import own_keystores
+from studies.bench.knn_setup import KnnSetupConfig, existing_sources
 
 TRAIN_SIZE = 4096 * 39
 """Keys the coarse quantizer is trained on: FAISS's 39 per list at the largest list count."""
@@ -33,23 +36,27 @@ def search_config(cfg: BreakEvenConfig, keys: int) -> InferBenchConfig:
                             knn_keys="bench")
 
 
-def search_entry(cfg: BreakEvenConfig, size: SizeRun, keys: int, progress: bool) -> dict:
-    """Decode of backbone, memory and kNN-LM over ``keys`` keys; the index's lists, build time and bytes."""
+def search_entry(cfg: BreakEvenConfig, size: SizeRun, keys: int, real_keys: int, progress: bool) -> dict:
+    """Decode of backbone, memory and kNN-LM over ``keys`` keys, ``real_keys`` of them the run's; the index's lists,
+    build time and bytes."""
     icfg = search_config(cfg, keys)
     results = infer_results(size, icfg, progress)
-    decode = {m: results["methods"][m]["1"]["decode_tok_s"]["median"] for m in ("backbone", "memory", "knnlm")}
-    knn = results["info"]["knnlm"]
-    folder = Path(icfg.knn.index_dir)
-    record = read_json(folder / "index.json", "kNN-LM index record")
-    return {"keys": knn["keys"], "real_keys": knn["keys"] - read_json(Path(icfg.knn.extra_dir) / "manifest.json",
-                                                                        "resampled keystore")["rows"],
+    decode = {m: by_batch["1"]["decode_tok_s"] for m, by_batch in online_costs(results).items()}
+    index = index_record(Path(icfg.knn.index_dir))
+    return {"keys": results["info"]["knnlm"]["keys"], "real_keys": real_keys,
             "run_tokens": size.record["offline"]["keys_train"]["rows"], "decode_tok_s": decode,
             "memory_over_knnlm": decode["memory"] / decode["knnlm"],
-            "search_s_per_token": results["methods"]["knnlm"]["1"]["search_s"]["median"] / cfg.new_tokens,
-            "index": {"nlist": record["nlist"], "nprobe": record["nprobe"], "build_seconds": record["build_seconds"],
-                      "bytes": (folder / "index.faiss").stat().st_size}}
+            "search_s_per_token": search_per_token(results, cfg.new_tokens)["knnlm"],
+            "index": {k: index[k] for k in ("nlist", "nprobe", "build_seconds", "bytes")}}
 
 
 def search_scale(cfg: BreakEvenConfig, largest: SizeRun, progress: bool) -> list[dict]:
-    """One entry per ``cfg.search_keys`` count (smallest first), each on the largest size's run."""
-    return [search_entry(cfg, largest, keys, progress) for keys in sorted(cfg.search_keys)]
+    """One entry per ``cfg.search_keys`` count (smallest first), each on the largest size's run; a count the run's
+    own keys already reach is refused before anything is measured."""
+    if not cfg.search_keys:
+        return []
+    real = CombinedKeyStore(existing_sources(own_keystores(largest.run.dir), [])).num_rows
+    if min(cfg.search_keys) <= real:
+        raise ConfigError(f"search_keys must exceed the {real:,} keys the largest size's run already holds, got "
+                          f"{min(cfg.search_keys):,}")
+    return [search_entry(cfg, largest, keys, real, progress) for keys in sorted(cfg.search_keys)]

@@ -100,10 +100,15 @@ def rag_method(cfg: InferBenchConfig, run_cfg, backbone: tuple) -> tuple[TimedMe
     return TimedMethod("rag", prepare=prepare_ids, extra=lambda: {"retrieval_s": rag.last_retrieval_seconds}), info
 
 
+def own_keystores(run_dir: Path) -> list[str]:
+    """The run's keystores the benchmark's large datastore starts from: its training datastore and validation keys."""
+    return [str(run_dir / "datastore"), str(run_dir / "eval" / "validation")]
+
+
 def knn_keys(cfg: InferBenchConfig, run_dir: Path, backbone: tuple, progress: bool, precision: str,
              config: str = "CONFIG") -> CombinedKeyStore:
     """The kNN-LM's keys (``cfg.knn_keys``): the run's datastore alone, or the benchmark's large datastore."""
-    own = [str(run_dir / "datastore"), str(run_dir / "eval" / "validation")]
+    own = own_keystores(run_dir)
     if cfg.knn_keys == "run":
         if not (run_dir / "datastore" / "manifest.json").is_file():
             raise ConfigError(f"no kNN-LM keystore: {own[0]} is not built; run `mlpmem datastore {config}` first")

@@ -162,6 +162,10 @@ def test_a_changed_config_or_sizes_past_the_corpus_are_one_line_errors(measured)
     changed = dataclasses.replace(cfg, overrides=[*cfg.overrides, "train.lr=0.01"])
     with pytest.raises(ConfigError, match=r"costs.json was measured under another config: give another --out"):
         main("tiny", changed, progress=False)
+    within = dataclasses.replace(cfg, search_keys=[100])
+    with pytest.raises(ConfigError, match=r"^search_keys must exceed the [\d,]+ keys the largest size's run already "
+                                          r"holds, got 100$"):
+        main("tiny", within, progress=False)
     past = dataclasses.replace(cfg, sizes=[10**6, 10**7], out_dir=str(root / "out-past"))
     with pytest.raises(ConfigError, match=r"^sizes 1000000 and 10000000 both hold the whole training split"):
         main("tiny", past, progress=False)
