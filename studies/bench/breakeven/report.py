@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 from mlpmem.reporting.plots import pyplot
 from mlpmem.reporting.tables import markdown_table
 from studies.bench.breakeven.arithmetic import BreakEven, MethodCost, RequestShape, draw_totals
-from studies.bench.breakeven.config import FINETUNED
+from studies.bench.breakeven.config import BreakEvenConfig
 
 OFFLINE = ("memory", "knnlm-exact", "knnlm", "rag", "cpt", "lora")
 TIMED = ("backbone", "memory", "knnlm-exact", "knnlm", "rag")
@@ -31,15 +32,28 @@ def _shape(results: dict) -> RequestShape:
     return RequestShape(**results["request"])
 
 
+NOT_OPTIONS = ("sizes", "overrides", "out_dir", "docs_dir")
+"""Fields the command line gives otherwise (``--sizes``, ``--set``) or that only say where results go."""
+
+
+def _options(cfg: dict) -> str:
+    """``--name value`` of every option whose value is not the default, in the config's order (a list comma-joined,
+    an empty one ``none``)."""
+    defaults = asdict(BreakEvenConfig())
+    out = ""
+    for name, value in cfg.items():
+        if name in NOT_OPTIONS or value == defaults.get(name):
+            continue
+        text = (",".join(str(v) for v in value) or "none") if isinstance(value, list) else str(value)
+        out += f" --{name.replace('_', '-')} {text}"
+    return out
+
+
 def header(results: dict) -> list[str]:
     cfg, req = results["config"], results["request"]
     machine = results.get("machine") or {}
     sizes = ",".join(str(s) for s in cfg["sizes"])
-    sets = "".join(f" --set {o}" for o in cfg["overrides"])
-    if list(cfg["finetune"]) != list(FINETUNED):
-        sets += f" --finetune {','.join(cfg['finetune']) or 'none'}"
-    if cfg.get("search_keys"):
-        sets += f" --search-keys {','.join(str(n) for n in cfg['search_keys'])}"
+    sets = "".join(f" --set {o}" for o in cfg["overrides"]) + _options(cfg)
     return ["# When does the memory pay for itself? Offline cost against per-request savings\n",
             f"`python -m studies bench breakeven {results['run_config']} --sizes {sizes}{sets}`: one full run per "
             f"corpus size (the training split capped at that many tokens), its stages timed as they ran; then "

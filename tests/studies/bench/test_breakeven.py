@@ -150,3 +150,5 @@ def test_header_names_the_command_that_reproduces_it():
         header(results)[1]
     results["config"]["finetune"] = ["cpt", "lora"]
     assert "--finetune" not in header(results)[1]
+    results["config"].update(repeats=9, search_keys=[10**7, 2 * 10**7])  # every option off its default is named
+    assert "--sizes 6000,40000 --set train.epochs=1 --repeats 9 --search-keys 10000000,20000000`" in header(results)[1]
