@@ -25,6 +25,7 @@ from mlpmem.utils.shards import write_json
 from studies.ablation import study_table
 from studies.qa.battery_report import battery_rows, battery_section, task_sources
 from studies.qa.claims import claims
+from studies.qa.gate_verdict import gate_section, gate_verdict
 from studies.qa.hallucination import hallucination_section
 from studies.qa.interval_tables import (
     comparison_table,
@@ -360,6 +361,7 @@ def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
     battery = families.get("battery", {})
     found = claims(results, cfg, battery, families.get("detect"))
     cost = cost_minutes(results)
+    gate = gate_verdict(results, cfg)
     text = "\n".join([
         "# Knowledge QA, general capability, baselines and ablations", "", _intro(results, command, cfg), "",
         "## QA table (test questions)", "", qa_table(results, cfg), "",
@@ -372,6 +374,7 @@ def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
         battery_section(battery, LABELS, docs, results.get("battery"), shifts.get("battery")), "",
         "## Hallucination (HaluEval, through lm-eval)", "",
         hallucination_section(families, LABELS, shifts.get("prefer"), shorter_right), "",
+        "## The gate or the fixed λ", "", gate_section(gate, families, LABELS), "",
         "## The paper's claims at our scale", "", claims_table(found, results), "",
         "## Ablations", "", ablation_section(results, docs), "",
         "## What it cost", "", cost_section(cost, list(results["benchmarks"])), "",
@@ -385,6 +388,7 @@ def write_report(results: dict, docs_dir: str | Path, command: str) -> Path:
                                                          "prefer_choice_shift": _shift_json(shifts.get("prefer")),
                                                          "prefer_right_is_shorter_percent": shorter_right},
                                        "sources": task_sources(results.get("battery")),
+                                       "gate_verdict": gate,
                                        "cost_minutes": cost,
                                        "battery_choice_shift": _shift_json(shifts.get("battery"))})
     return path
