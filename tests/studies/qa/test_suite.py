@@ -281,6 +281,7 @@ def test_suite_config_validation(tmp_path):
     assert list(default.benchmarks) == ["halueval_qa"] and not default.battery.mc_tasks
     assert not default.battery.truthfulness and not default.no_regression.mc_tasks
     assert default.no_regression.qa_wikidata == 0 and default.ablations is None
+    assert set(default.battery.methods) == set(default.methods)  # every method on the battery and hallucination
 
 
 @pytest.mark.parametrize("path", MEMORY_RUNS, ids=lambda p: p.name)
