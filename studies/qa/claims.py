@@ -1,4 +1,4 @@
-"""The paper's claims C1–C9 judged against our measurements, with intervals where per-item scores exist.
+"""The paper's claims C1–C11 judged against our measurements, with intervals where per-item scores exist.
 
 A claim that one method beats another on QA holds only when the **paired** 95 % interval of the difference
 (:mod:`studies.qa.intervals`, on the test questions both answered, F1) lies above 0 on every
@@ -7,7 +7,8 @@ reproduced, and a comparison without per-item scores (an older method file) leav
 (``reproduced: None``) unless another comparison already failed. C5 ("closes at least half the gap to RAG")
 is the paired contrast ``memory − (backbone + RAG) / 2 > 0`` over the same questions. C7 (no regression)
 holds when no task of the battery is *below* the backbone by its paired interval in domain-conditional PMI, the
-paper's scoring (log-likelihood accuracy is reported beside it).
+paper's scoring (log-likelihood accuracy is reported beside it); C11 (the memory above CPT and LoRA on general
+capability) when the memory's battery PMI average is above each one's by the paired interval.
 
 The perplexity claims (C1, C2) and the ablation claims (C8, C9) are judged on point estimates: the suite
 keeps no per-token or per-variant samples for them, and the claim records say so (``judged_by``).
@@ -16,11 +17,11 @@ keeps no per-token or per-variant samples for them, and the claim records say so
 from __future__ import annotations
 
 from mlpmem.baselines.methods import METHODS
-from mlpmem.evaluation.compare import LABELS
+from mlpmem.evaluation.compare import AVERAGE, LABELS, load_results
 from mlpmem.evaluation.stats import ABOVE, BELOW, SAME, BootstrapConfig
 from mlpmem.reporting.tables import fixed
 from studies.qa.battery_report import any_below, describe_row, task_rows, worst
-from studies.qa.hallucination import detection_claim
+from studies.qa.hallucination import detection_claim, family_rows
 from studies.qa.intervals import (
     BASE,
     METRIC_LABELS,
@@ -100,7 +101,7 @@ class _Claims:
 
 def claims(results: dict, cfg: BootstrapConfig, battery: dict | None = None,
            detection: dict | None = None) -> list[dict]:
-    """C1–C10: the paper's claim, the paper's number, ours (with intervals), how it was judged, and whether ours
+    """C1–C11: the paper's claim, the paper's number, ours (with intervals), how it was judged, and whether ours
     reproduces it (None: undecided, e.g. no per-item scores). ``battery``: the lm-eval battery's rows per method
     (C7 is judged on it when given); ``detection``: HaluEval detection's rows per method (C10)."""
     c = _Claims(results, cfg, battery)
@@ -122,6 +123,7 @@ def claims(results: dict, cfg: BootstrapConfig, battery: dict | None = None,
         c.beats("C6", "memory above CPT and LoRA on QA", "36.06 vs CPT 30.53, LoRA 32.28", "memory",
                 ["cpt", "lora"], ["CPT", "LoRA"])
     _no_regression_claim(c)
+    _general_vs_finetuned_claim(c)
     _ablation_claims(c)
     return sorted(c.out, key=lambda claim: int(claim["id"][1:]))
 
@@ -208,6 +210,27 @@ def _no_regression_claim(c: _Claims) -> None:
     c.add("C7", "no general-capability task below the backbone (paired 95 % interval)",
           "9 NLP tasks 67.86 → 73.07, all above the backbone", ours, ok, PAIRED,
           [_comparison_dict(x, f"{x.task} {x.metric}: memory − backbone") for x in mine])
+
+
+def _general_vs_finetuned_claim(c: _Claims) -> None:
+    """C11: the memory above CPT and LoRA on general capability: the battery's PMI average, the memory paired with
+    each fine-tuned model item by item (judged only when the battery scored all three)."""
+    files = (c.results.get("battery") or {}).get("methods") or {}
+    if not all(m in files for m in ("memory", "cpt", "lora")):
+        return
+    mine = load_results(files["memory"])
+    rows, parts = [], []
+    for other, label in (("cpt", "CPT"), ("lora", "LoRA")):
+        found = family_rows(load_results(files[other]), {"memory": mine}, c.cfg).get("battery", {}).get("memory", [])
+        r = next(r for r in found if r.task == AVERAGE and r.metric == "acc_mutual_info")
+        word = r.verdict if r.verdict != SAME else f"not distinguishable from {label}"
+        parts.append(f"vs {label}: PMI average {r.method.estimate:.1f} vs {r.base.estimate:.1f}, Δ "
+                     f"{r.delta.estimate:+.1f} [{r.delta.low:+.1f}, {r.delta.high:+.1f}] ({word})")
+        rows.append((other, r))
+    c.add("C11", "memory above CPT and LoRA on general capability (battery PMI average, paired 95 % interval)",
+          "9 NLP tasks: 73.07 vs CPT 70.58, LoRA 67.88", "; ".join(parts), all(r.delta.low > 0 for _, r in rows),
+          PAIRED, [{"what": f"battery PMI average: memory − {o}", "delta": r.delta.as_dict(), "verdict": r.verdict}
+                   for o, r in rows])
 
 
 def _best(rows: list[dict]) -> dict:

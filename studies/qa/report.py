@@ -5,7 +5,7 @@ training time, bytes that inference needs besides the backbone), every method's 
 the backbone with its 95 % interval and verdict (and a figure of Δ F1 with error bars), the perplexity of
 each benchmark's memory run, the no-regression table with its paired differences (and figure), the lm-eval
 battery's table and figure (:mod:`studies.qa.battery_report`, when the suite ran it), the ablation
-tables and figures, and the paper's claims C1–C9 judged with the intervals
+tables and figures, and the paper's claims C1–C11 judged with the intervals
 (:mod:`studies.qa.claims`). Intervals come from the per-item scores of the method files
 (:mod:`studies.qa.intervals`, seeded bootstrap); a file without them shows "no interval".
 Nothing here computes a model: every number is read from the results.

@@ -77,3 +77,24 @@ def test_shorter_target_share_counts_items_whose_right_choice_is_strictly_shorte
             {"label": 0, "choices": ["same", "size"]}]
     lm_eval = {"samples": {"t": [{"doc": d} for d in docs], "u": []}}
     assert shorter_target_share(lm_eval, ["t", "u"]) == {"t": 100.0 / 3}
+
+
+def test_general_capability_claim_pairs_the_memory_with_cpt_and_lora(tmp_path):
+    from studies.qa.claims import claims
+
+    def file(name: str, right: list[int]) -> str:
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(results({"mlpmem_polarity": right, "mlpmem_analogy_family": right})))
+        return str(path)
+
+    half = [1, 0] * 20
+    suite = {"benchmarks": {}, "config": {"no_regression": {"memory_from": "halueval_qa"}},
+             "battery": {"methods": {"memory": file("memory", [1] * 40), "cpt": file("cpt", half),
+                                     "lora": file("lora", half)}}}
+    c11 = next(c for c in claims(suite, CFG) if c["id"] == "C11")
+    assert c11["reproduced"] is True and "vs CPT: PMI average 100.0 vs 50.0" in c11["ours"]
+    suite["battery"]["methods"]["lora"] = file("lora", [1] * 40)  # LoRA as good as the memory
+    c11 = next(c for c in claims(suite, CFG) if c["id"] == "C11")
+    assert c11["reproduced"] is False and "(not distinguishable from LoRA)" in c11["ours"]
+    del suite["battery"]["methods"]["cpt"]
+    assert not [c for c in claims(suite, CFG) if c["id"] == "C11"]  # judged only with all three scored
