@@ -15,7 +15,8 @@ With ``one_pass`` (the default) the methods that only read the memory run's back
 memory-gate, kNN-LM) are scored together, one backbone pass per request for all of them
 (:mod:`mlpmem.evaluation.one_pass`; the same scores as one method at a time, to float rounding); the first of them
 then carries the wall time of all, recorded in its file. ``precision: bf16`` scores every method under bf16
-autocast (paired differences then compare two bf16 scorings).
+autocast (paired differences then compare two bf16 scorings); the suite resolves ``auto`` before this stage
+(:func:`studies.qa.suite.machine_precision`), so every file names the precision it was scored at.
 """
 
 from __future__ import annotations

@@ -94,9 +94,8 @@ def precision_line(precision: dict[str, str], labels: dict[str, str]) -> str:
     """One sentence: the precision every method was scored at (``battery.precision``), or each one's if they differ."""
     kinds = set(precision.values()) or {"fp32"}
     if len(kinds) == 1:
-        return "Every method scored " + {"fp32": "at fp32.", "bf16": "at bf16 (autocast, `battery.precision`).",
-                                         "auto": "at `battery.precision: auto` (bf16 where the hardware computes it "
-                                                 "natively)."}[kinds.pop()]
+        return "Every method scored " + {"fp32": "at fp32.", "bf16": "at bf16 (autocast, `battery.precision`)."}[
+            kinds.pop()]
     return ("Scored at different precisions (files of earlier settings): "
             + ", ".join(f"{labels.get(m, m)} {p}" for m, p in precision.items()) + ".")
 

@@ -52,7 +52,8 @@ class BatteryConfig(Config):
     """Score backbone, memory, memory-gate and kNN-LM from one backbone pass per request (see the module)."""
     precision: Literal["fp32", "bf16", "auto"] = "fp32"
     """Every method's model calls: ``fp32``, ``bf16`` (autocast; every method at the same precision, so the paired
-    differences compare like with like) or ``auto`` (:class:`~mlpmem.evaluation.methods.MethodArgs`)."""
+    differences compare like with like) or ``auto``, resolved once by the computing call
+    (:func:`studies.qa.suite.machine_precision`)."""
 
     def validate(self) -> None:
         if "backbone" not in self.methods or set(self.methods) - set(BATTERY_METHODS):

@@ -1,13 +1,17 @@
 """The whole QA comparison from scratch: every benchmark and method, the no-regression checks, the ablations.
 
-For each benchmark (``synthetic``, ``disfl_qa``) :mod:`studies.qa.runner` prepares the data, runs
-the project's pipeline on its corpus and scores every method (backbone, RAG dense / BM25 over the same
-corpus, kNN-LM on the run's datastore, CPT and LoRA trained on the same corpus, MLP Memory) on the same
-questions. The no-regression checks (:mod:`studies.qa.no_regression`) run on the models of one
-benchmark (``no_regression.memory_from``), and with a ``battery`` section also through lm-eval on the BIG-bench
-battery (:mod:`studies.qa.battery`); the ablations (:mod:`studies.qa.ablations`) on their
-own pipeline config. Everything lands in ``out_dir/results.json``; the report (:mod:`studies.qa.report`)
-is written from it.
+For each benchmark (``halueval_qa`` in the preset) :mod:`studies.qa.runner` prepares the data, runs the
+project's pipeline on its corpus and scores every method (backbone, RAG dense / BM25 over the same corpus, kNN-LM
+on the run's datastore, CPT and LoRA trained on the same corpus, MLP Memory with a fixed λ and with the gate) on
+the same questions. The no-regression checks (:mod:`studies.qa.no_regression`) run on the models of one benchmark
+(``no_regression.memory_from``), and with a ``battery`` section also through lm-eval on the installable battery,
+HaluEval's detection and closed-book preference (:mod:`studies.qa.battery`); the ablations
+(:mod:`studies.qa.ablations`) on their own pipeline config. Everything lands in ``out_dir/results.json``; the
+report (:mod:`studies.qa.report`) is written from it.
+
+A computing call resolves ``precision: auto`` (generation and battery) once, on the machine it runs on
+(:func:`machine_precision`): every method file then records the precision it was computed at, so a later call on a
+machine that resolves it otherwise computes the methods again instead of pairing bf16 scores with fp32 ones.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from mlpmem.backbone import load_backbone
+from mlpmem.compute import model_device, resolve_precision
 from mlpmem.utils.runtime import set_threads
 from mlpmem.utils.shards import read_json, write_json
 from studies.qa.ablations import run_ablations
@@ -35,6 +40,8 @@ def run_suite(cfg: QASuiteConfig, progress: bool = True, compute: bool = True) -
     set_threads()
     calls = _Calls(Path(cfg.out_dir) / CALLS) if compute else None
     backbone = load_backbone(cfg.backbone) if compute else None
+    if backbone is not None:
+        cfg = machine_precision(cfg, model_device(backbone))
     results = {"benchmarks": {}, "config": _config_dict(cfg)}
     for name in cfg.benchmarks:
         bench = run_benchmark(cfg, name, backbone, progress) if compute else collect_benchmark(cfg, name)
@@ -72,6 +79,15 @@ class _Calls:
     @staticmethod
     def read(path: Path) -> list[dict]:
         return read_json(path, "suite calls") if path.is_file() else []
+
+
+def machine_precision(cfg: QASuiteConfig, device) -> QASuiteConfig:
+    """``cfg`` with its ``auto`` precisions (``generation``, ``battery``) resolved to what ``device`` computes
+    natively: bf16 on AVX512-BF16 / AMX CPUs and bf16 GPUs, fp32 elsewhere (emulated bf16 is several times slower)."""
+    generation = dataclasses.replace(cfg.generation, precision=resolve_precision(cfg.generation.precision, device))
+    battery = cfg.battery and dataclasses.replace(cfg.battery, precision=resolve_precision(cfg.battery.precision,
+                                                                                            device))
+    return dataclasses.replace(cfg, generation=generation, battery=battery)
 
 
 def _config_dict(cfg: QASuiteConfig) -> dict:

@@ -282,6 +282,22 @@ def test_suite_config_validation(tmp_path):
     assert not default.battery.truthfulness and not default.no_regression.mc_tasks
     assert default.no_regression.qa_wikidata == 0 and default.ablations is None
     assert set(default.battery.methods) == set(default.methods)  # every method on the battery and hallucination
+    assert default.generation.precision == default.battery.precision == "auto"  # fp32 where bf16 is emulated
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_computing_call_resolves_auto_precision_on_its_machine(native, monkeypatch):
+    from studies.qa.suite import machine_precision
+
+    monkeypatch.setattr("mlpmem.compute.cpu_has_native_bf16", lambda: native)
+    auto = QASuiteConfig(benchmarks={"synthetic": {"pipeline": "x"}}, generation={"precision": "auto"},
+                         battery={"precision": "auto"})
+    resolved = machine_precision(auto, "cpu")
+    assert resolved.generation.precision == resolved.battery.precision == ("bf16" if native else "fp32")
+    assert resolved.generation.max_new_tokens == auto.generation.max_new_tokens and auto.battery.precision == "auto"
+    fixed = machine_precision(QASuiteConfig(benchmarks={"synthetic": {"pipeline": "x"}},
+                                            generation={"precision": "bf16"}, battery=None), "cpu")
+    assert fixed.generation.precision == "bf16" and fixed.battery is None  # a named precision is kept
 
 
 @pytest.mark.parametrize("path", MEMORY_RUNS, ids=lambda p: p.name)
