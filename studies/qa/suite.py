@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from mlpmem.backbone import load_backbone
-from mlpmem.compute import model_device, resolve_precision
+from mlpmem.compute import compute_device, model_device, resolve_precision
 from mlpmem.utils.runtime import set_threads
 from mlpmem.utils.shards import read_json, write_json
 from studies.qa.ablations import run_ablations
@@ -82,11 +82,13 @@ class _Calls:
 
 
 def machine_precision(cfg: QASuiteConfig, device) -> QASuiteConfig:
-    """``cfg`` with its ``auto`` precisions (``generation``, ``battery``) resolved to what ``device`` computes
-    natively: bf16 on AVX512-BF16 / AMX CPUs and bf16 GPUs, fp32 elsewhere (emulated bf16 is several times slower)."""
+    """``cfg`` with its ``auto`` precisions resolved to what the device each runs on computes natively (bf16 on
+    AVX512-BF16 / AMX CPUs and bf16 GPUs, fp32 where bf16 is emulated): ``generation`` on ``device`` (the
+    backbone's), ``battery`` on the device lm-eval scores on (:func:`~mlpmem.compute.compute_device`)."""
     generation = dataclasses.replace(cfg.generation, precision=resolve_precision(cfg.generation.precision, device))
-    battery = cfg.battery and dataclasses.replace(cfg.battery, precision=resolve_precision(cfg.battery.precision,
-                                                                                            device))
+    if cfg.battery is None:
+        return dataclasses.replace(cfg, generation=generation)
+    battery = dataclasses.replace(cfg.battery, precision=resolve_precision(cfg.battery.precision, compute_device()))
     return dataclasses.replace(cfg, generation=generation, battery=battery)
 
 

@@ -49,7 +49,7 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.tasks import TaskManager
 from lm_eval.utils import handle_non_serializable, make_table
 
-from mlpmem.compute import inference_scope, model_device, resolve_precision
+from mlpmem.compute import compute_device, inference_scope, model_device, resolve_precision
 from mlpmem.errors import ConfigError
 from mlpmem.evaluation.methods import METHODS, MethodArgs, build_model
 from mlpmem.evaluation.shared_context import forward_on_cache, shared_context_loglikelihood, shared_groups
@@ -174,8 +174,8 @@ def evaluate(tasks: list[str], model: str | LM = MODEL_NAME, model_args: str | d
              num_fewshot: int | None = None, batch_size: int | str = 1, device: str | None = None,
              log_samples: bool = False) -> dict:
     """``lm_eval.simple_evaluate`` of ``model`` (``mlpmem``, ``hf``, any registered type, or a built lm-eval
-    ``LM``, which ignores ``model_args``) on ``tasks``, on ``device`` (default: cuda if there is one, else cpu;
-    lm-eval's own default is cuda)."""
+    ``LM``, which ignores ``model_args``) on ``tasks``, on ``device`` (default: :func:`~mlpmem.compute.compute_device`,
+    this process's GPU if there is one, else the CPU; lm-eval's own default is cuda)."""
     if isinstance(model, str) and model not in model_registry:
         raise ConfigError(f"unknown lm-eval model type {model!r} (e.g. {MODEL_NAME} or hf)")
     manager = task_manager(include_path, local_only)
@@ -183,7 +183,7 @@ def evaluate(tasks: list[str], model: str | LM = MODEL_NAME, model_args: str | d
     if unknown:
         raise ConfigError(f"unknown task(s) {', '.join(unknown)}" + ("" if include_path else
                           " (local tasks need --include-path FOLDER)"))
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = str(compute_device(device or "auto"))
     return simple_evaluate(model=model, model_args=model_args, tasks=tasks, task_manager=manager, limit=limit,
                            num_fewshot=num_fewshot, batch_size=batch_size, device=device, log_samples=log_samples)
 
