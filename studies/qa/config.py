@@ -131,15 +131,15 @@ class QASuiteConfig(Config):
     text); ``questions``, a gate of the same kind trained on the benchmark's validation questions and answers
     (:mod:`studies.qa.question_gate`)."""
     gate_negatives: int = 0
-    """With ``gate_training: questions``: this many ``qa_wikidata`` cloze facts (general knowledge in no benchmark's
-    corpus, where the backbone should speak) join the gate's training questions: the last items of the seeded order,
-    disjoint from the no-regression sample (its first ``no_regression.qa_wikidata``)."""
+    """With ``gate_training: questions``: this many items of general knowledge in no benchmark's corpus, where the
+    backbone should speak, join the gate's training questions: HaluEval QA items the suite does not read, half
+    closed-book and half with their knowledge in the prompt (:mod:`studies.qa.gate_negatives`)."""
     gate_negative_tasks: list[str] = field(default_factory=list)
     """With ``gate_negatives``: draw them from these BIG-bench multiple-choice tasks instead (each item's gold choice
     in the task's own prompt; families the suite does not score, :mod:`studies.qa.gate_negatives`)."""
     gate_negatives_unconditional: bool = False
-    """With ``gate_negative_tasks``: each item also as the unconditional term of lm-eval's ``acc_mutual_info`` scores
-    it, its gold choice after the start token and the answer prefix alone (no prompt)."""
+    """With ``gate_negatives``: each item that brings its own prompt also as the unconditional term of lm-eval's
+    ``acc_mutual_info`` scores it, its answer after the start token and the answer prefix alone (no prompt)."""
     shots: int = 0
     """Format demonstrations before every QA prompt, the same for every method (:mod:`mlpmem.inference.prompts`)."""
     rag: RAGConfig = field(default_factory=RAGConfig)
@@ -176,8 +176,8 @@ class QASuiteConfig(Config):
                                                                      for t in self.gate_negative_tasks):
             raise ConfigError(f"qa gate_negative_tasks must be a list of BIG-bench task names, "
                               f"got {self.gate_negative_tasks!r}")
-        if self.gate_negatives_unconditional and not self.gate_negative_tasks:
-            raise ConfigError("qa gate_negatives_unconditional needs gate_negative_tasks (BIG-bench negatives)")
+        if self.gate_negatives_unconditional and not self.gate_negatives:
+            raise ConfigError("qa gate_negatives_unconditional needs gate_negatives > 0")
         if self.gate_negative_tasks and not self.gate_negatives:
             raise ConfigError("qa gate_negative_tasks needs gate_negatives > 0 (how many items to draw from them)")
         demonstrations(self.shots)  # validates the range

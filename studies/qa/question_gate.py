@@ -8,8 +8,8 @@ prompt of the benchmark (demonstrations, ``Question: ...``, ``Answer:``) followe
 newline that ends it. Its rows are the positions that predict those answer tokens and that newline, so the gate
 learns where the memory should speak (the answer) and where the backbone should (closing it). Only validation
 questions are read, plus, with the suite's ``gate_negatives``, general knowledge that no benchmark's corpus holds
-(where the backbone should speak: qa_wikidata cloze facts or BIG-bench items in their own prompt, never an item the
-suite scores; :mod:`studies.qa.gate_negatives`); the held-out part of them (whole
+(where the backbone should speak: HaluEval QA items the suite does not read, or BIG-bench items in their own prompt,
+never an item the suite scores; :mod:`studies.qa.gate_negatives`); the held-out part of them (whole
 questions) stops the training early, and the test questions are scored afterwards. The gate starts as the
 constant λ the fixed-λ memory chose on the same questions, and is saved under the benchmark
 (``<bench>/gate-questions/``), bound to the memory by its checksum.

@@ -272,7 +272,7 @@ def _gate_words(run: dict) -> str:
               else "the memory run's validation text")
     if run.get("gate_negatives"):
         where = "BIG-bench items of families the suite does not score" if run.get("gate_negative_tasks") else \
-            "qa_wikidata cloze facts"
+            "HaluEval QA items the suite does not read, half closed-book, half with their knowledge in the prompt"
         twice = (", each also as PMI's unconditional term (answer prefix alone)"
                  if run.get("gate_negatives_unconditional") else "")
         source += f" and {run['gate_negatives']} negatives ({where}{twice})"

