@@ -65,11 +65,15 @@ def judged_measures(results: dict, cfg: BootstrapConfig) -> list[Judged]:
 
 
 def text_perplexity(results: dict) -> list[dict]:
-    """Each benchmark's gate on its memory run's held-out text: ``{"benchmark", "ppl_gate", "ppl_fixed"}``."""
+    """Each benchmark's gate on its memory run's held-out text: ``{"benchmark", "ppl_gate", "ppl_fixed"}``; only
+    where that gate is the one judged (trained on the run's text, scored with neither offset nor floor)."""
     out = []
     for bench, b in results["benchmarks"].items():
-        g = (b["methods"].get(GATE) or {}).get("gate_text_ppl")
-        if g:
+        method = b["methods"].get(GATE) or {}
+        g = method.get("gate_text_ppl")
+        judged = method.get("gate_training", "text") == "text" and not method.get("gate_offset") \
+            and not method.get("gate_floor")
+        if g and judged:
             out.append({"benchmark": bench, "ppl_gate": g["ppl_gate"], "ppl_fixed": g["ppl_fixed"]})
     return out
 

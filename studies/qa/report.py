@@ -120,9 +120,12 @@ def _gate_text_lines(benches: dict) -> list[str]:
     """The gated memory on its run's held-out text: perplexity with the gate against the run's fixed λ."""
     out = []
     for name, b in benches.items():
-        g = (b["methods"].get("memory-gate") or {}).get("gate_text_ppl")
+        method = b["methods"].get("memory-gate") or {}
+        g = method.get("gate_text_ppl")
         if g:
-            out.append(f"MLP Memory + gate on the held-out text of {name}'s memory run: perplexity "
+            which = ("The memory run's own gate (trained on its validation text; not the question gate scored here)"
+                     if method.get("gate_training") == "questions" else "MLP Memory + gate")
+            out.append(f"{which} on the held-out text of {name}'s memory run: perplexity "
                        f"{g['ppl_gate']:.3f} with the gate (mean λ_t {g['mean_gate']:.2f}) against "
                        f"{g['ppl_fixed']:.3f} at the run's fixed λ = {g['lambda_fixed']:g}.")
     return out

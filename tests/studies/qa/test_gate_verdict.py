@@ -57,6 +57,11 @@ def test_the_gate_is_kept_only_when_it_beats_the_fixed_lambda_and_is_below_it_no
     assert not nowhere["keep"] and not nowhere["below"]
     assert "beats it nowhere that matters" in gate_section(nowhere, {}, LABELS)
 
+    for other in ({"gate_training": "questions"}, {"gate_offset": 3.0}, {"gate_floor": 0.2}):  # not the gate judged
+        r = results(tmp_path, HALF, HALF, ppl=(19.0, 19.5))
+        r["benchmarks"]["halueval_qa"]["methods"]["memory-gate"].update(other)
+        assert gate_verdict(r, CFG)["perplexity"] == [] and not gate_verdict(r, CFG)["keep"]
+
     better = gate_verdict(results(tmp_path, [1] * N, HALF, ppl=None), CFG)
     assert better["keep"] and better["above"][0] == "closed-book QA: halueval_qa EM"
     assert "**Verdict: keep the gate**" in gate_section(better, {}, LABELS)
