@@ -325,7 +325,10 @@ def cost_minutes(results: dict) -> dict:
            "methods": {**{b: minutes(v) for b, v in scoring.items()}, "all": minutes(sum(scoring.values(), []))},
            "battery": {"all": minutes(battery)}}
     out["total"] = minutes(sum(offline.values(), []) + sum(scoring.values(), []) + battery)
-    out["calls"] = minutes([c["seconds"] for c in results.get("calls") or []]) | {"n": len(results.get("calls") or [])}
+    calls = results.get("calls") or []
+    out["calls"] = minutes([c["seconds"] for c in calls]) | {"n": len(calls), "machines": sorted(
+        {f"{m['cpu']}, {m['threads']} threads, device {m['device']}" if (m := c.get("machine")) else "not recorded"
+         for c in calls})}
     return out
 
 
@@ -345,6 +348,7 @@ def cost_section(cost: dict, benches: list[str]) -> str:
         lines.append(f"| every call of the command that computed ({cost['calls']['n']}), wall clock: the stages "
                      "above, the data, the memory runs' evaluation | " + " | ".join("" for _ in benches)
                      + f" | {cell(cost['calls'])} |")
+        lines += ["", "The calls ran on: " + "; ".join(cost["calls"]["machines"]) + "."]
     return "\n".join(["Minutes of wall time on the machine that ran each stage, as the files recorded it (the suite "
                       "resumes stage by stage, so the stages may come from several sessions and loads; preparing "
                       "the data and the tasks is not counted):", "", *lines])

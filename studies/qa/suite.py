@@ -22,10 +22,13 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import torch
+
 from mlpmem.backbone import load_backbone
 from mlpmem.compute import compute_device, model_device, resolve_precision
 from mlpmem.utils.runtime import set_threads
 from mlpmem.utils.shards import read_json, write_json
+from studies.bench.infer.measure import machine
 from studies.qa.ablations import run_ablations
 from studies.qa.battery import collect_battery, run_battery
 from studies.qa.config import QASuiteConfig
@@ -63,12 +66,13 @@ CALLS = "calls.json"
 
 class _Calls:
     """Records one computing call of the suite: an entry when it starts (``seconds`` None until it finishes, so a
-    call that stopped half-way stays visible) and its wall seconds when it ends."""
+    call that stopped half-way stays visible; the ``machine`` it ran on) and its wall seconds when it ends."""
 
     def __init__(self, path: Path):
         self.path, self.t0 = path, time.perf_counter()
         self.entries = self.read(path) + [{"started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                                           "seconds": None}]
+                                           "seconds": None, "machine": machine(torch.get_num_threads(),
+                                                                               compute_device())}]
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(path, self.entries)
 
