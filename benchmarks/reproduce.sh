@@ -36,6 +36,13 @@ $S ablate default --study distil --out $A/distil --quiet   # reads the seeds stu
 
 # docs/results/qa: the QA suite on data that installs from the registries
 $S qa report studies/qa/configs/report.yaml
+# docs/results/qa-gate: the question-trained gate against the fixed λ (the same runs/qa, three methods)
+$S qa report studies/qa/configs/report.yaml --set docs_dir=$R/qa-gate --set 'methods=[backbone,memory,memory-gate]' \
+  --set gate_training=questions --set gate_negatives=200 --set gate_negatives_unconditional=true \
+  --set 'gate_offset_grid=[-3.0,0.0,3.0]' --set gate_offset_rule=one_se \
+  --set 'gate_floor_grid=[0.0,0.2,0.4]' --set gate_floor_rule=one_se \
+  --set 'battery.methods=[backbone,memory,memory-gate]' --set battery.detect_limit=0 \
+  --set 'battery.tasks=[mlpmem_battery,mlpmem_halueval_prefer]' --set 'no_regression.methods=[backbone,memory,memory-gate]'
 # docs/results/qa-curve: the QA memory's learning curve (reads the report's datastore and teacher)
 $S qa curve studies/qa/configs/report.yaml --epochs 10 --lambdas 0.2,0.35 --docs $R/qa-curve --quiet
 # docs/results/tasks-catalog: the BIG-bench catalog, only from a copy of its archive (PyPI no longer serves it)
