@@ -116,15 +116,17 @@ def _tuned(bench: Path, method: str) -> dict:
 
 def tasks_folder(cfg) -> Path:
     """The prepared task folder: ``battery.tasks_dir``, or one the suite writes once under its battery folder."""
-    b = cfg.battery
-    if b.tasks_dir:
-        return Path(b.tasks_dir)
-    source = cfg.no_regression.memory_from
+    return Path(cfg.battery.tasks_dir) if cfg.battery.tasks_dir else prepared(tasks_config(cfg))
+
+
+def tasks_config(cfg) -> TasksConfig:
+    """The tasks the suite writes for its battery (``battery.tasks_dir`` empty): the battery's sizes, the suite's
+    seed, closed-book preference from ``no_regression.memory_from``'s questions when it is ``halueval_qa``."""
+    b, source = cfg.battery, cfg.no_regression.memory_from
     preference = str(Path(cfg.out_dir) / source / "data") if source == "halueval_qa" else ""
-    return prepared(TasksConfig(out=str(battery_dir(cfg.out_dir) / "tasks"), qa_config=None, seed=cfg.seed,
-                                battery_limit=b.battery_limit, detect_limit=b.detect_limit,
-                                preference_data=preference, mc_tasks=list(b.mc_tasks), mc_limit=b.mc_limit,
-                                truthfulness=list(b.truthfulness)))
+    return TasksConfig(out=str(battery_dir(cfg.out_dir) / "tasks"), qa_config=None, seed=cfg.seed,
+                       battery_limit=b.battery_limit, detect_limit=b.detect_limit, preference_data=preference,
+                       mc_tasks=list(b.mc_tasks), mc_limit=b.mc_limit, truthfulness=list(b.truthfulness))
 
 
 def run_battery(cfg, progress: bool = True) -> dict:

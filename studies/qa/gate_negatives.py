@@ -27,28 +27,30 @@ import random
 
 from memory_mosaics.experiments.bigbench import multiple_choice, read_task
 from mlpmem.errors import ConfigError
+from studies.qa.battery import tasks_config
 from studies.qa.config import QASuiteConfig
 from studies.qa.halueval_qa import knowledge_text, options_of, sentences, split_items
 from studies.sources import halueval
 from studies.tasks.catalog import DEFAULT_NINE
 from studies.tasks.choice_tasks import answer_delimiter, rows
-from studies.tasks.installable import DETECT_GROUP, detection_task
-from studies.tasks.prepare import TasksConfig
+from studies.tasks.installable import detection_task
 
 READING_PREFIX = "Answer:"
 """What ends a reading negative's prompt (the answer follows after a space), and PMI's unconditional context."""
 
 
-def gate_negatives(cfg: QASuiteConfig) -> list[dict]:
+def gate_negatives(cfg: QASuiteConfig, twins: bool | None = None) -> list[dict]:
     """The suite's ``gate_negatives`` items: ``{"id", "question", "answers"}`` (asked in the benchmark's prompt) or
-    ``{"id", "prompt", "answers"}`` (in their own prompt: HaluEval reading or a BIG-bench task's)."""
+    ``{"id", "prompt", "answers"}`` (in their own prompt: HaluEval reading or a BIG-bench task's), each of the latter
+    followed by its unconditional twin when ``twins`` (None: ``gate_negatives_unconditional``)."""
     if not cfg.gate_negatives:
         return []
+    twins = cfg.gate_negatives_unconditional if twins is None else twins
     out = []
     for item in _bigbench(cfg) if cfg.gate_negative_tasks else _halueval(cfg):
         prefix = item.pop("prefix", None)
         out.append(item)
-        if prefix is not None and cfg.gate_negatives_unconditional:
+        if prefix is not None and twins:
             out.append({"id": f"{item['id']}:unconditional", "prompt": prefix, "answers": item["answers"],
                         "after_bos": True})
     return out
@@ -61,9 +63,9 @@ def suite_halueval_ids(cfg: QASuiteConfig, data: halueval.Items) -> tuple[set[st
         sets = split_items(data.items, options_of(cfg.benchmarks["halueval_qa"].options), cfg.seed)
         used = {i.id for part in sets.values() for i in part}
         known = set().union(*(sentences(knowledge_text(i["knowledge"])) for i in sets["corpus"]))
-    b = cfg.battery
-    if b is not None and b.detect_limit and not b.tasks_dir and DETECT_GROUP in b.tasks:
-        shown = detection_task("qa", b.detect_limit, cfg.seed, TasksConfig.max_chars, read=lambda _: data)
+    if cfg.battery is not None and not cfg.battery.tasks_dir and cfg.battery.detect_limit:
+        tasks = tasks_config(cfg)  # the detection sample the suite writes
+        shown = detection_task("qa", tasks.detect_limit, tasks.seed, tasks.max_chars, read=lambda _: data)
         used |= {row["id"] for row in shown.rows}
     return used, known
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 from memory_mosaics.experiments.synthetic import SyntheticConfig, chance_accuracy, generate
@@ -186,8 +186,7 @@ def _openness(ctx: Context, built: Built) -> dict[str, dict]:
     """Where the question gate opens at its chosen offset and floor (:func:`openness`) on the answers of the
     validation questions and on its negatives, in their prompts and (those with their own prompt) as PMI's
     unconditional terms."""
-    # PMI's unconditional terms, whether the gate trained on them or not
-    negatives = gate_negatives(replace(ctx.cfg, gate_negatives_unconditional=True)) if ctx.cfg.gate_negatives else []
+    negatives = gate_negatives(ctx.cfg, twins=True)  # PMI's unconditional terms, whether the gate trained on them
     groups = {"questions": ctx.questions["validation"], "negatives": [q for q in negatives if not q.get("after_bos")],
               "unconditional": [q for q in negatives if q.get("after_bos")]}
     return openness(built.model, ctx.tokenizer, groups, built.prompts)
