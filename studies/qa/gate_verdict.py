@@ -64,16 +64,21 @@ def judged_measures(results: dict, cfg: BootstrapConfig) -> list[Judged]:
     return out
 
 
+def judged_text_ppl(method: dict) -> dict | None:
+    """A memory-gate result's perplexities on its run's held-out text (``gate_text_ppl``, the run's text gate as
+    trained) when they are the gate it was scored with: trained on the text, neither offset nor floor; else None."""
+    as_trained = method.get("gate_training", "text") == "text" and not method.get("gate_offset") \
+        and not method.get("gate_floor")
+    return method.get("gate_text_ppl") if as_trained else None
+
+
 def text_perplexity(results: dict) -> list[dict]:
-    """Each benchmark's gate on its memory run's held-out text: ``{"benchmark", "ppl_gate", "ppl_fixed"}``; only
-    where that gate is the one judged (trained on the run's text, scored with neither offset nor floor)."""
+    """Each benchmark's judged gate on its memory run's held-out text (:func:`judged_text_ppl`):
+    ``{"benchmark", "ppl_gate", "ppl_fixed"}``."""
     out = []
     for bench, b in results["benchmarks"].items():
-        method = b["methods"].get(GATE) or {}
-        g = method.get("gate_text_ppl")
-        judged = method.get("gate_training", "text") == "text" and not method.get("gate_offset") \
-            and not method.get("gate_floor")
-        if g and judged:
+        g = judged_text_ppl(b["methods"].get(GATE) or {})
+        if g:
             out.append({"benchmark": bench, "ppl_gate": g["ppl_gate"], "ppl_fixed": g["ppl_fixed"]})
     return out
 

@@ -25,7 +25,7 @@ from mlpmem.utils.shards import write_json
 from studies.ablation import study_table
 from studies.qa.battery_report import battery_rows, battery_section, task_sources
 from studies.qa.claims import claims
-from studies.qa.gate_verdict import gate_section, gate_verdict
+from studies.qa.gate_verdict import gate_section, gate_verdict, judged_text_ppl
 from studies.qa.hallucination import hallucination_section
 from studies.qa.interval_tables import (
     comparison_table,
@@ -123,8 +123,8 @@ def _gate_text_lines(benches: dict) -> list[str]:
         method = b["methods"].get("memory-gate") or {}
         g = method.get("gate_text_ppl")
         if g:
-            which = ("The memory run's own gate (trained on its validation text; not the question gate scored here)"
-                     if method.get("gate_training") == "questions" else "MLP Memory + gate")
+            which = ("MLP Memory + gate" if judged_text_ppl(method) else
+                     "The memory run's own gate (trained on its validation text, as trained; not the gate scored here)")
             out.append(f"{which} on the held-out text of {name}'s memory run: perplexity "
                        f"{g['ppl_gate']:.3f} with the gate (mean λ_t {g['mean_gate']:.2f}) against "
                        f"{g['ppl_fixed']:.3f} at the run's fixed λ = {g['lambda_fixed']:g}.")
