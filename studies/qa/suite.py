@@ -43,8 +43,7 @@ def run_suite(cfg: QASuiteConfig, progress: bool = True, compute: bool = True) -
     set_threads()
     calls = _Calls(Path(cfg.out_dir) / CALLS) if compute else None
     backbone = load_backbone(cfg.backbone) if compute else None
-    if backbone is not None:
-        cfg = machine_precision(cfg, model_device(backbone))
+    cfg = machine_precision(cfg, model_device(backbone)) if compute else recorded_precision(cfg)
     results = {"benchmarks": {}, "config": _config_dict(cfg)}
     for name in cfg.benchmarks:
         bench = run_benchmark(cfg, name, backbone, progress) if compute else collect_benchmark(cfg, name)
@@ -94,6 +93,21 @@ def machine_precision(cfg: QASuiteConfig, device) -> QASuiteConfig:
         return dataclasses.replace(cfg, generation=generation)
     battery = dataclasses.replace(cfg.battery, precision=resolve_precision(cfg.battery.precision, compute_device()))
     return dataclasses.replace(cfg, generation=generation, battery=battery)
+
+
+def recorded_precision(cfg: QASuiteConfig) -> QASuiteConfig:
+    """``cfg`` with its ``auto`` precisions as the last computing call resolved them (``out_dir/results.json``), so
+    that a report written without computing records what its numbers were computed at; ``auto`` stays where no
+    call recorded one."""
+    path = Path(cfg.out_dir) / "results.json"
+    recorded = read_json(path, "suite results").get("config", {}) if path.is_file() else {}
+
+    def resolved(part, key: str):
+        done = (recorded.get(key) or {}).get("precision", "auto")
+        return dataclasses.replace(part, precision=done) if part.precision == "auto" else part
+
+    battery = cfg.battery and resolved(cfg.battery, "battery")
+    return dataclasses.replace(cfg, generation=resolved(cfg.generation, "generation"), battery=battery)
 
 
 def _config_dict(cfg: QASuiteConfig) -> dict:
