@@ -276,13 +276,33 @@ def test_suite_config_validation(tmp_path):
     for preset in SUITES:  # every QA suite preset loads
         cfg = QASuiteConfig.from_yaml(str(preset))
         assert cfg.benchmarks and set(cfg.benchmarks) <= set(BENCHMARKS), preset
-        assert {"backbone", "memory", "knnlm"} <= set(cfg.methods) <= set(METHODS), preset
+        assert {"backbone", "memory"} <= set(cfg.methods) <= set(METHODS), preset
     default = QASuiteConfig.from_yaml("studies/qa/configs/report.yaml")  # installable data only
     assert list(default.benchmarks) == ["halueval_qa"] and not default.battery.mc_tasks
     assert not default.battery.truthfulness and not default.no_regression.mc_tasks
     assert default.no_regression.qa_wikidata == 0 and default.ablations is None
     assert set(default.battery.methods) == set(default.methods)  # every method on the battery and hallucination
     assert default.generation.precision == default.battery.precision == "auto"  # fp32 where bf16 is emulated
+    core = QASuiteConfig.from_yaml("studies/qa/configs/core.yaml")  # the same questions, the backbone and memory
+    assert core.methods == core.battery.methods == core.no_regression.methods == ["backbone", "memory"]
+    assert core.benchmarks == default.benchmarks and core.battery.tasks == default.battery.tasks
+    assert (core.battery.battery_limit, core.battery.detect_limit) == (default.battery.battery_limit,
+                                                                      default.battery.detect_limit)
+
+
+def test_a_report_only_call_records_the_precision_the_computing_call_resolved(tmp_path):
+    from studies.qa.suite import recorded_precision
+
+    auto = QASuiteConfig(out_dir=str(tmp_path), benchmarks={"synthetic": {"pipeline": "x"}},
+                         generation={"precision": "auto"}, battery={"precision": "auto"})
+    assert recorded_precision(auto).generation.precision == "auto"  # nothing computed yet: nothing to say
+    config = {"generation": {"precision": "fp32"}, "battery": {"precision": "bf16"}}
+    (tmp_path / "results.json").write_text(json.dumps({"config": config}))
+    resolved = recorded_precision(auto)
+    assert (resolved.generation.precision, resolved.battery.precision) == ("fp32", "bf16")
+    named = recorded_precision(QASuiteConfig(out_dir=str(tmp_path), benchmarks={"synthetic": {"pipeline": "x"}},
+                                             generation={"precision": "bf16"}, battery=None))
+    assert named.generation.precision == "bf16" and named.battery is None  # a named precision is kept
 
 
 @pytest.mark.parametrize("native", [True, False])
