@@ -34,6 +34,8 @@ $S ablate default --study teacher --out $A/teacher-recipe --quiet
 $S ablate default --study seeds --out $A/seeds --quiet
 $S ablate default --study distil --out $A/distil --quiet   # reads the seeds study's memories
 
+# docs/results/qa-core: the report's questions for the backbone and its memory alone (its own runs/qa-core)
+$S qa report studies/qa/configs/core.yaml
 # docs/results/qa: the QA suite on data that installs from the registries
 $S qa report studies/qa/configs/report.yaml
 # docs/results/qa-gate: the question-trained gate against the fixed λ (the same runs/qa, three methods)
