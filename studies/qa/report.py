@@ -294,11 +294,13 @@ def _intro(results: dict, command: str, cfg: BootstrapConfig) -> str:
     run = results["config"]
     qs = "; ".join(f"{n}: " + ", ".join(f"{k} {v}" for k, v in b["questions"].items())
                    for n, b in results["benchmarks"].items())
+    mixtures = " and ".join(LABELS[m] for m in ("knnlm", "memory") if m in run["methods"])
+    lam = f"; λ of {mixtures} chosen on the validation questions from {run['lambda_grid']}" if mixtures else ""
     return (f"Regenerate from scratch with `{command}` (every number below is read from "
             f"`{run['out_dir']}/results.json`, written by that command). Backbone `{run['backbone']}`; greedy "
             f"decoding, prompt `Question: ...\\nAnswer:` after {run.get('shots', 0)} format demonstrations "
-            f"(general-knowledge questions, the same for every method; `mlpmem.inference.prompts`); λ of kNN-LM and "
-            f"MLP Memory chosen on the validation questions from {run['lambda_grid']}{_gate_words(run)}. Questions: "
+            f"(general-knowledge questions, the same for every method; `mlpmem.inference.prompts`){lam}"
+            f"{_gate_words(run)}. Questions: "
             f"{qs}. Standard "
             f"errors and 95 % intervals: percentile bootstrap over the items, {cfg.resamples} resamples, seed "
             f"{cfg.seed} (`mlpmem.evaluation.stats`).")

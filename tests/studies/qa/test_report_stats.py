@@ -279,3 +279,16 @@ def test_the_cost_table_sums_every_recorded_stage_and_names_the_missing(tmp_path
     assert ("|  |  | 25 (some not recorded) |\n\nThe calls ran on: AMD EPYC, 2 threads, device cpu; not recorded."
             in table)
     assert json.loads((tmp_path / "results.json").read_text())["cost_minutes"]["total"]["minutes"] == 13.0
+
+
+def test_the_introduction_names_only_the_mixtures_the_suite_scored():
+    from studies.qa.report import _intro
+
+    run = {"out_dir": "runs/qa", "backbone": "b", "shots": 4, "lambda_grid": [0.0, 0.2]}
+    intro = _intro({"config": {**run, "methods": ["backbone", "memory"]}, "benchmarks": {}}, "cmd", BootstrapConfig())
+    assert "λ of MLP Memory chosen on the validation questions from [0.0, 0.2]" in intro and "kNN-LM" not in intro
+    both = _intro({"config": {**run, "methods": ["backbone", "knnlm", "memory"]}, "benchmarks": {}}, "cmd",
+                  BootstrapConfig())
+    assert "λ of kNN-LM and MLP Memory chosen" in both
+    assert "λ of" not in _intro({"config": {**run, "methods": ["backbone"]}, "benchmarks": {}}, "cmd",
+                                BootstrapConfig())
