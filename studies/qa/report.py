@@ -294,7 +294,7 @@ def _intro(results: dict, command: str, cfg: BootstrapConfig) -> str:
     run = results["config"]
     qs = "; ".join(f"{n}: " + ", ".join(f"{k} {v}" for k, v in b["questions"].items())
                    for n, b in results["benchmarks"].items())
-    mixtures = " and ".join(LABELS[m] for m in ("knnlm", "memory") if m in run["methods"])
+    mixtures = " and ".join(LABELS[m] for m in ("knnlm", "memory") if m in run.get("methods", []))
     lam = f"; λ of {mixtures} chosen on the validation questions from {run['lambda_grid']}" if mixtures else ""
     return (f"Regenerate from scratch with `{command}` (every number below is read from "
             f"`{run['out_dir']}/results.json`, written by that command). Backbone `{run['backbone']}`; greedy "
