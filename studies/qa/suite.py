@@ -88,11 +88,8 @@ def machine_precision(cfg: QASuiteConfig, device) -> QASuiteConfig:
     """``cfg`` with its ``auto`` precisions resolved to what the device each runs on computes natively (bf16 on
     AVX512-BF16 / AMX CPUs and bf16 GPUs, fp32 where bf16 is emulated): ``generation`` on ``device`` (the
     backbone's), ``battery`` on the device lm-eval scores on (:func:`~mlpmem.compute.compute_device`)."""
-    generation = dataclasses.replace(cfg.generation, precision=resolve_precision(cfg.generation.precision, device))
-    if cfg.battery is None:
-        return dataclasses.replace(cfg, generation=generation)
-    battery = dataclasses.replace(cfg.battery, precision=resolve_precision(cfg.battery.precision, compute_device()))
-    return dataclasses.replace(cfg, generation=generation, battery=battery)
+    devices = {"generation": device, "battery": compute_device()}
+    return _with_precisions(cfg, lambda section, precision: resolve_precision(precision, devices[section]))
 
 
 def recorded_precision(cfg: QASuiteConfig) -> QASuiteConfig:
@@ -101,13 +98,15 @@ def recorded_precision(cfg: QASuiteConfig) -> QASuiteConfig:
     call recorded one."""
     path = Path(cfg.out_dir) / "results.json"
     recorded = read_json(path, "suite results").get("config", {}) if path.is_file() else {}
+    return _with_precisions(cfg, lambda section, precision: (recorded.get(section) or {}).get("precision", precision)
+                            if precision == "auto" else precision)
 
-    def resolved(part, key: str):
-        done = (recorded.get(key) or {}).get("precision", "auto")
-        return dataclasses.replace(part, precision=done) if part.precision == "auto" else part
 
-    battery = cfg.battery and resolved(cfg.battery, "battery")
-    return dataclasses.replace(cfg, generation=resolved(cfg.generation, "generation"), battery=battery)
+def _with_precisions(cfg: QASuiteConfig, resolve) -> QASuiteConfig:
+    """``cfg`` with ``resolve(section, precision)`` as the precision of ``generation`` and (if any) ``battery``."""
+    generation = dataclasses.replace(cfg.generation, precision=resolve("generation", cfg.generation.precision))
+    battery = cfg.battery and dataclasses.replace(cfg.battery, precision=resolve("battery", cfg.battery.precision))
+    return dataclasses.replace(cfg, generation=generation, battery=battery)
 
 
 def _config_dict(cfg: QASuiteConfig) -> dict:
