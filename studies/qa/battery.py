@@ -6,8 +6,10 @@ installable battery, HaluEval's detection and closed-book preference; :mod:`stud
 logged, on the models of the benchmark ``no_regression.memory_from``: its memory run (memory, datastore, corpus),
 the CPT / LoRA weights the suite saved, the memory and kNN-LM at the λ the run chose on validation perplexity
 (:func:`run_lambda`), the gate at the offset the suite chose on that benchmark's validation questions. Each
-method's lm-eval results go to ``<out_dir>/battery/<method>.json``; a method whose file exists is not run
-again, so the stage resumes, unless the file was scored from other model args, tasks or memory weights. The
+method's lm-eval results go to ``<out_dir>/battery/<method>.json``; a method whose file already holds every task
+asked, scored from the same model args, task settings and memory weights, is not run again, so the stage resumes
+and a call that asks for fewer tasks (a costly method on the hallucination tasks alone) reuses the other methods'
+files; the report reads only the tasks asked (:func:`battery_results`). The
 tasks are written once into ``<out_dir>/battery/tasks`` (unless ``tasks_dir`` names a prepared folder). The
 report pairs each method with the backbone item by item (:mod:`mlpmem.evaluation.compare`).
 
@@ -26,6 +28,7 @@ from pathlib import Path
 
 from mlpmem.baselines.methods import METHODS, knnlm_chosen, run_results
 from mlpmem.errors import ConfigError
+from mlpmem.evaluation.compare import load_results
 from mlpmem.pipeline.records import memory_sha256
 from mlpmem.utils.shards import read_json
 from studies.tasks.prepare import TasksConfig, prepared
@@ -141,7 +144,7 @@ def run_battery(cfg, progress: bool = True) -> dict:
     todo = {}
     for method in cfg.battery.methods:
         path, scored_with = battery_dir(cfg.out_dir) / f"{method}.json", _scored_with(cfg, method)
-        if not (path.is_file() and read_json(path, f"battery {method}").get(SCORED_WITH) == scored_with):
+        if not (path.is_file() and covers(read_json(path, f"battery {method}"), scored_with)):
             todo[method] = scored_with
     models = _one_pass_models(cfg, todo)
     for method, scored_with in todo.items():
@@ -155,6 +158,35 @@ def run_battery(cfg, progress: bool = True) -> dict:
         write_results({**results, SCORED_WITH: scored_with, WALL_SECONDS: time.perf_counter() - t0, **shared,
                        **counts}, battery_dir(cfg.out_dir) / f"{method}.json")
     return collect_battery(cfg, folder)
+
+
+def leaf_tasks(record: dict, tasks: list[str]) -> list[str]:
+    """``tasks`` (task or group names) as the tasks they are made of, each group expanded by the ``group_subtasks``
+    that lm-eval recorded in ``record`` (a battery file)."""
+    groups = record.get("group_subtasks") or {}
+    return [leaf for t in tasks for leaf in (leaf_tasks(record, groups[t]) if t in groups else [t])]
+
+
+def covers(record: dict, scored_with: dict) -> bool:
+    """Whether a battery file was scored as ``scored_with`` asks (model args, task settings, memory weights) on
+    every task it asks for, or on more."""
+    def settings(d: dict) -> dict:
+        return {k: v for k, v in d.items() if k != "tasks"}
+
+    held = record.get(SCORED_WITH)
+    return (isinstance(held, dict) and settings(held) == settings(scored_with)
+            and set(leaf_tasks(record, scored_with["tasks"])) <= set(record.get("samples") or {}))
+
+
+def battery_results(stage: dict, method: str) -> dict:
+    """``method``'s lm-eval results from the battery ``stage`` (:func:`collect_battery`'s), its samples, scores and
+    task configs restricted to the tasks the suite asked (``stage["tasks"]``; None: every task the file holds)."""
+    results = load_results(stage["methods"][method])
+    asked = stage.get("tasks")
+    if asked is None:
+        return results
+    return {**results, **{key: {t: v for t, v in (results.get(key) or {}).items() if t in asked}
+                          for key in ("samples", "results", "configs")}}
 
 
 def _model(cfg, method: str, model_args: str):
@@ -188,7 +220,9 @@ def collect_battery(cfg, folder: Path | None = None) -> dict | None:
     if "backbone" not in files:
         return None
     records = {m: read_json(Path(f), f"battery {m}") for m, f in files.items()}
-    return {"tasks_dir": str(folder or out / "tasks"), "methods": files,
+    asked = leaf_tasks(records["backbone"], cfg.battery.tasks)
+    return {"tasks_dir": str(folder or out / "tasks"), "methods": files, "tasks": asked,
+            "more_tasks": [m for m, r in records.items() if set(r.get("samples") or {}) - set(asked)],
             "wall_seconds": {m: r[WALL_SECONDS] for m, r in records.items()},
             "one_pass": [m for m, r in records.items() if r.get(ONE_PASS)],
             "precision": {m: scored_precision(r) for m, r in records.items()},

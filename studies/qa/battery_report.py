@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
-from mlpmem.evaluation.compare import AVERAGE, LABELS, Row, load_results, plot_deltas, table
+from mlpmem.evaluation.compare import AVERAGE, LABELS, Row, plot_deltas, table
 from mlpmem.evaluation.stats import BELOW, BootstrapConfig
+from studies.qa.battery import battery_results
 from studies.qa.choice_shift import Shift, length_shift, shift_table, shorter_target_share
 from studies.qa.hallucination import family_rows, task_family
 
@@ -35,9 +36,8 @@ def battery_rows(results: dict, cfg: BootstrapConfig) -> BatteryView:
     battery = results.get("battery")
     if not battery:
         return BatteryView({}, {}, {})
-    files = battery["methods"]
-    base = load_results(files["backbone"])
-    methods = {m: load_results(path) for m, path in files.items() if m != "backbone"}
+    base = battery_results(battery, "backbone")
+    methods = {m: battery_results(battery, m) for m in battery["methods"] if m != "backbone"}
     shifts: dict[str, dict[str, dict[str, Shift]]] = {}
     for m, mine in methods.items():
         for t, shift in length_shift(base, mine).items():
@@ -52,7 +52,8 @@ def battery_section(rows: dict[str, list[Row]], labels: dict[str, str], docs: Pa
     log-likelihood choices moved and, from what the stage recorded (``stage``: :func:`~studies.qa.battery.
     collect_battery`'s), the precision, each method's scoring time and RAG's contexts without passages."""
     if not rows:
-        return "(not run: the suite config has no `battery` section, or `--no-battery` skipped it)"
+        return ("(not run: the suite config has no `battery` section, or `--no-battery` skipped it)" if not stage else
+                "(not asked: `battery.tasks` holds no task of the no-regression battery)")
     stage = stage or {}
     named = {labels.get(m, m): r for m, r in rows.items()}
     figure = plot_deltas({m: task_rows(rs) for m, rs in named.items()}, docs / FIGURE, "backbone")
@@ -66,7 +67,8 @@ def battery_section(rows: dict[str, list[Row]], labels: dict[str, str], docs: Pa
         + rag_line(stage.get("rag_contexts") or {}, labels), "",
         table(named, "backbone"), "", f"![battery Δ vs backbone]({figure.name})", "",
         shift_section(shifts or {}, labels), "",
-        scoring_times(stage.get("wall_seconds") or {}, labels, stage.get("one_pass") or [])])
+        scoring_times(stage.get("wall_seconds") or {}, labels, stage.get("one_pass") or [],
+                      stage.get("more_tasks") or [])])
 
 
 def rag_line(counts: dict[str, dict[str, int]], labels: dict[str, str]) -> str:
@@ -100,16 +102,20 @@ def precision_line(precision: dict[str, str], labels: dict[str, str]) -> str:
             + ", ".join(f"{labels.get(m, m)} {p}" for m, p in precision.items()) + ".")
 
 
-def scoring_times(seconds: dict[str, float | None], labels: dict[str, str], one_pass: list[str] = ()) -> str:
+def scoring_times(seconds: dict[str, float | None], labels: dict[str, str], one_pass: list[str] = (),
+                  more_tasks: list[str] = ()) -> str:
     """One line: lm-eval's wall time per method (— for files scored before it was recorded); the methods scored
-    from one backbone pass named, the first of which carries the time of all."""
+    from one backbone pass named, the first of which carries the time of all; those whose file was scored on tasks
+    this report does not show (an earlier call asked for more) named."""
     if not seconds:
         return ""
     parts = [f"{labels.get(m, m)} {'—' if s is None else f'{s / 60:.0f} min'}" for m, s in seconds.items()]
     shared = ("" if len(one_pass) < 2 else f" {', '.join(labels.get(m, m) for m in one_pass)} were scored from one "
               "backbone pass (`battery.one_pass`): the first of them carries the time of all")
+    more = ("" if not more_tasks else f" The files of {', '.join(labels.get(m, m) for m in more_tasks)} were scored "
+            "on more tasks than this report shows (an earlier call asked for them); their times count those too.")
     return ("Scoring time (the battery stage's wall time per method, on the machine that ran it; — : scored before "
-            f"it was recorded): {', '.join(parts)}.{shared}" + ("." if shared else ""))
+            f"it was recorded): {', '.join(parts)}.{shared}" + ("." if shared else "") + more)
 
 
 def task_rows(rows: list[Row]) -> list[Row]:
@@ -136,6 +142,6 @@ def task_sources(stage: dict | None) -> dict[str, str]:
     ``metadata.source`` recorded it in the backbone's battery file ({} when the battery did not run)."""
     if not stage:
         return {}
-    configs = load_results(stage["methods"]["backbone"]).get("configs") or {}
+    configs = battery_results(stage, "backbone").get("configs") or {}
     return {task: c["metadata"]["source"] for task, c in sorted(configs.items())
             if isinstance(c.get("metadata"), dict) and "source" in c["metadata"]}

@@ -17,9 +17,10 @@ keeps no per-token or per-variant samples for them, and the claim records say so
 from __future__ import annotations
 
 from mlpmem.baselines.methods import METHODS
-from mlpmem.evaluation.compare import AVERAGE, LABELS, load_results
+from mlpmem.evaluation.compare import AVERAGE, LABELS
 from mlpmem.evaluation.stats import ABOVE, BELOW, SAME, BootstrapConfig
 from mlpmem.reporting.tables import fixed
+from studies.qa.battery import battery_results
 from studies.qa.battery_report import any_below, describe_row, task_rows, worst
 from studies.qa.hallucination import detection_claim, family_rows
 from studies.qa.intervals import (
@@ -215,13 +216,13 @@ def _no_regression_claim(c: _Claims) -> None:
 def _general_vs_finetuned_claim(c: _Claims) -> None:
     """C11: the memory above CPT and LoRA on general capability: the battery's PMI average, the memory paired with
     each fine-tuned model item by item (judged only when the battery scored all three)."""
-    files = (c.results.get("battery") or {}).get("methods") or {}
-    if not all(m in files for m in ("memory", "cpt", "lora")):
+    stage = c.results.get("battery") or {}
+    if not all(m in (stage.get("methods") or {}) for m in ("memory", "cpt", "lora")):
         return
-    mine = load_results(files["memory"])
+    mine = battery_results(stage, "memory")
     rows, parts = [], []
     for other, label in (("cpt", "CPT"), ("lora", "LoRA")):
-        found = family_rows(load_results(files[other]), {"memory": mine}, c.cfg).get("battery", {}).get("memory", [])
+        found = family_rows(battery_results(stage, other), {"memory": mine}, c.cfg).get("battery", {}).get("memory", [])
         r = next(r for r in found if r.task == AVERAGE and r.metric == "acc_mutual_info")
         word = r.verdict if r.verdict != SAME else f"not distinguishable from {label}"
         parts.append(f"vs {label}: PMI average {r.method.estimate:.1f} vs {r.base.estimate:.1f}, Δ "

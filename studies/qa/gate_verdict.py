@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlpmem.evaluation.compare import LABELS, Row, load_results
+from mlpmem.evaluation.compare import LABELS, Row
 from mlpmem.evaluation.stats import ABOVE, BELOW, BootstrapConfig, Interval
+from studies.qa.battery import battery_results
 from studies.qa.battery_report import task_rows
 from studies.qa.hallucination import family_rows
 from studies.qa.intervals import QA_METRICS, SPLITS, compare_scored, split_task
@@ -55,9 +56,9 @@ def judged_measures(results: dict, cfg: BootstrapConfig) -> list[Judged]:
                 c = compare_scored(split_task(bench, split), metric, fixed.get(split), gate.get(split), cfg)
                 if c.delta is not None:
                     out.append(Judged("qa", c.task, metric, c.base, c.method, c.delta))
-    files = (results.get("battery") or {}).get("methods") or {}
-    if GATE in files and FIXED in files:
-        rows = family_rows(load_results(files[FIXED]), {GATE: load_results(files[GATE])}, cfg)
+    stage = results.get("battery") or {}
+    if GATE in (stage.get("methods") or {}) and FIXED in stage["methods"]:
+        rows = family_rows(battery_results(stage, FIXED), {GATE: battery_results(stage, GATE)}, cfg)
         for family, metrics in FAMILY_METRICS.items():
             out += [Judged(family, r.task, r.metric, r.base, r.method, r.delta)
                     for r in rows.get(family, {}).get(GATE, []) if r.metric in metrics]

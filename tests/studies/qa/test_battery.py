@@ -119,3 +119,66 @@ def test_the_battery_collected_is_the_suites_methods(tmp_path):
     assert collect_battery(QASuiteConfig(**suite, battery=None)) is None
     assert collect_battery(QASuiteConfig(**suite, battery={"methods": ["backbone", "knnlm"]}))["methods"].keys() == {
         "backbone", "knnlm"}
+
+
+def _scored_file(tasks: list[str], model_args: str = "run=r,method=backbone,precision=fp32") -> dict:
+    """A battery file as the stage writes it, scored on ``tasks`` (lm-eval's groups, their samples, the record)."""
+    from studies.qa.battery import SCORED_WITH, WALL_SECONDS
+
+    groups = {"mlpmem_battery": ["mlpmem_polarity", "mlpmem_analogy_family"],
+              "mlpmem_halueval_detect": ["mlpmem_halueval_detect_qa", "mlpmem_halueval_detect_dialogue"]}
+    leaves = [leaf for t in tasks for leaf in groups.get(t, [t])]
+    sample = [{"doc_id": 0, "doc": {"id": "a"}, "acc": 1.0}]
+    return {"group_subtasks": {g: s for g, s in groups.items() if g in tasks},
+            "samples": {t: sample for t in leaves}, "results": {t: {"acc,none": 1.0} for t in leaves},
+            "configs": {t: {} for t in leaves}, WALL_SECONDS: 60.0,
+            SCORED_WITH: {"model_args": model_args, "tasks": tasks, "limit": None, "task_settings": {"seed": 0}}}
+
+
+def test_a_battery_file_scored_on_more_tasks_serves_a_call_that_asks_for_fewer():
+    """A file holds the tasks asked when they are among its tasks (groups expanded by lm-eval's record); other model
+    args, task settings or a task it lacks make it stale."""
+    from studies.qa.battery import SCORED_WITH, covers, leaf_tasks
+
+    record = _scored_file(["mlpmem_battery", "mlpmem_halueval_detect"])
+    asked = dict(record[SCORED_WITH])
+    assert leaf_tasks(record, ["mlpmem_halueval_detect", "mlpmem_polarity"]) == [
+        "mlpmem_halueval_detect_qa", "mlpmem_halueval_detect_dialogue", "mlpmem_polarity"]
+    assert covers(record, asked)
+    assert covers(record, {**asked, "tasks": ["mlpmem_halueval_detect"]})
+    assert covers(record, {**asked, "tasks": ["mlpmem_halueval_detect_qa", "mlpmem_polarity"]})
+    assert not covers(record, {**asked, "tasks": ["mlpmem_halueval_detect", "mlpmem_halueval_prefer"]})
+    assert not covers(record, {**asked, "tasks": ["mlpmem_halueval_detect"], "model_args": "run=r,method=memory"})
+    assert not covers(record, {**asked, "task_settings": {"seed": 1}})
+    assert not covers({k: v for k, v in record.items() if k != SCORED_WITH}, asked)
+
+
+def test_the_report_reads_only_the_tasks_the_suite_asked_for(tmp_path):
+    """A call asking for detection alone reuses the backbone file scored on the battery too, and its report reads
+    detection alone from it; the file is named as holding more tasks than the report shows."""
+    from studies.qa.battery import battery_dir, battery_results, collect_battery
+
+    folder = battery_dir(tmp_path)
+    folder.mkdir(parents=True)
+    (folder / "backbone.json").write_text(json.dumps(_scored_file(["mlpmem_battery", "mlpmem_halueval_detect"])))
+    (folder / "rag-dense.json").write_text(json.dumps(_scored_file(["mlpmem_halueval_detect"], "method=rag-dense")))
+    suite = {"out_dir": str(tmp_path), "benchmarks": SYNTHETIC, "no_regression": {"memory_from": "synthetic"},
+             "methods": ["backbone", "memory", "rag-dense"]}
+    stage = collect_battery(QASuiteConfig(**suite, battery={"methods": ["backbone", "rag-dense"],
+                                                           "tasks": ["mlpmem_halueval_detect"]}))
+    assert stage["tasks"] == ["mlpmem_halueval_detect_qa", "mlpmem_halueval_detect_dialogue"]
+    assert stage["more_tasks"] == ["backbone"]
+    base = battery_results(stage, "backbone")
+    assert set(base["samples"]) == set(base["results"]) == set(stage["tasks"])
+    assert set(battery_results({**stage, "tasks": None}, "backbone")["samples"]) == {
+        "mlpmem_polarity", "mlpmem_analogy_family", *stage["tasks"]}
+
+
+def test_the_scoring_times_name_files_scored_on_tasks_the_report_does_not_show():
+    from studies.qa.battery_report import battery_section, scoring_times
+
+    line = scoring_times({"backbone": 600.0, "rag-dense": 120.0}, {"rag-dense": "RAG-dense"}, [], ["backbone"])
+    assert "backbone 10 min, RAG-dense 2 min" in line and "files of backbone were scored on more tasks" in line
+    assert "more tasks" not in scoring_times({"backbone": 600.0}, {})
+    assert battery_section({}, {}, None, {"methods": {}}).startswith("(not asked: `battery.tasks`")
+    assert battery_section({}, {}, None, None).startswith("(not run")
