@@ -347,8 +347,8 @@ def cost_section(cost: dict, benches: list[str]) -> str:
                      + f" | {cell(cost[key]['all'])} |")
     lines.append("| **total** | " + " | ".join("" for _ in benches) + f" | **{cell(cost['total'])}** |")
     if cost["calls"]["n"]:
-        lines.append(f"| every call of the command that computed ({cost['calls']['n']}), wall clock: the stages "
-                     "above, the data, the memory runs' evaluation | " + " | ".join("" for _ in benches)
+        lines.append(f"| every computing call of the suite in its out_dir ({cost['calls']['n']}), wall clock: the "
+                     "stages above, the data, the memory runs' evaluation | " + " | ".join("" for _ in benches)
                      + f" | {cell(cost['calls'])} |")
         lines += ["", "The calls ran on: " + "; ".join(cost["calls"]["machines"]) + "."]
     return "\n".join(["Minutes of wall time on the machine that ran each stage, as the files recorded it (the suite "

@@ -275,7 +275,7 @@ def test_the_cost_table_sums_every_recorded_stage_and_names_the_missing(tmp_path
     table = (tmp_path / "report.md").read_text().split("## What it cost")[1]
     assert "| the lm-eval battery, every method |  |  | — |" in table
     assert "| **total** |  |  | **13 (some not recorded)** |" in table
-    assert "| every call of the command that computed (2), wall clock" in table
+    assert "| every computing call of the suite in its out_dir (2), wall clock" in table
     assert ("|  |  | 25 (some not recorded) |\n\nThe calls ran on: AMD EPYC, 2 threads, device cpu; not recorded."
             in table)
     assert json.loads((tmp_path / "results.json").read_text())["cost_minutes"]["total"]["minutes"] == 13.0

@@ -222,7 +222,7 @@ def _check_battery(tmp: Path, results: dict) -> None:
     assert "backbone, MLP Memory, MLP Memory + gate were scored from one backbone pass" in report
     cost = report.split("## What it cost")[1]
     assert "| the lm-eval battery, every method |" in cost and "not recorded" not in cost
-    assert "| every call of the command that computed (1), wall clock" in cost
+    assert "| every computing call of the suite in its out_dir (1), wall clock" in cost
     calls = json.loads((tmp / "qa" / "calls.json").read_text())
     assert len(calls) == 1 and calls[0]["seconds"] > 0
     assert "Items whose log-likelihood choice (acc) differs from the backbone's" in report
