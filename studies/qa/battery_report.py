@@ -51,10 +51,15 @@ def battery_section(rows: dict[str, list[Row]], labels: dict[str, str], docs: Pa
     """The table (scores ± standard error, Δ vs backbone with its 95 % interval, verdict), the Δ plot, where the
     log-likelihood choices moved and, from what the stage recorded (``stage``: :func:`~studies.qa.battery.
     collect_battery`'s), the precision, each method's scoring time and RAG's contexts without passages."""
-    if not rows:
-        return ("(not run: the suite config has no `battery` section, or `--no-battery` skipped it)" if not stage else
-                "(not asked: `battery.tasks` holds no task of the no-regression battery)")
+    if not rows and not stage:
+        return "(not run: the suite config has no `battery` section, or `--no-battery` skipped it)"
     stage = stage or {}
+    how = precision_line(stage.get("precision") or {}, labels) + rag_line(stage.get("rag_contexts") or {}, labels)
+    times = scoring_times(stage.get("wall_seconds") or {}, labels, stage.get("one_pass") or [],
+                          stage.get("more_tasks") or [])
+    if not rows:
+        return ("(not asked: `battery.tasks` holds no task of the no-regression battery; the stage scored the "
+                f"hallucination tasks below.) {how}\n\n{times}")
     named = {labels.get(m, m): r for m, r in rows.items()}
     figure = plot_deltas({m: task_rows(rs) for m, rs in named.items()}, docs / FIGURE, "backbone")
     return "\n".join([
@@ -63,12 +68,9 @@ def battery_section(rows: dict[str, list[Row]], labels: dict[str, str], docs: Pa
         "chose on validation perplexity; acc: log-likelihood choice, PMI: lm-eval's `acc_mutual_info` "
         "(domain-conditional PMI), acc (norm): the log-likelihood "
         "divided by the choice's length in bytes. Every difference is paired over the items "
-        f"both scored; `average` weighs every task the same. {precision_line(stage.get('precision') or {}, labels)}"
-        + rag_line(stage.get("rag_contexts") or {}, labels), "",
+        f"both scored; `average` weighs every task the same. {how}", "",
         table(named, "backbone"), "", f"![battery Δ vs backbone]({figure.name})", "",
-        shift_section(shifts or {}, labels), "",
-        scoring_times(stage.get("wall_seconds") or {}, labels, stage.get("one_pass") or [],
-                      stage.get("more_tasks") or [])])
+        shift_section(shifts or {}, labels), "", times])
 
 
 def rag_line(counts: dict[str, dict[str, int]], labels: dict[str, str]) -> str:

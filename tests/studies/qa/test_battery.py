@@ -180,5 +180,7 @@ def test_the_scoring_times_name_files_scored_on_tasks_the_report_does_not_show()
     line = scoring_times({"backbone": 600.0, "rag-dense": 120.0}, {"rag-dense": "RAG-dense"}, [], ["backbone"])
     assert "backbone 10 min, RAG-dense 2 min" in line and "files of backbone were scored on more tasks" in line
     assert "more tasks" not in scoring_times({"backbone": 600.0}, {})
-    assert battery_section({}, {}, None, {"methods": {}}).startswith("(not asked: `battery.tasks`")
+    stage = {"methods": {}, "wall_seconds": {"backbone": 600.0}, "more_tasks": ["backbone"]}
+    not_asked = battery_section({}, {}, None, stage)
+    assert not_asked.startswith("(not asked: `battery.tasks`") and "files of backbone were scored on more" in not_asked
     assert battery_section({}, {}, None, None).startswith("(not run")
