@@ -36,6 +36,11 @@ $S ablate default --study distil --out $A/distil --quiet   # reads the seeds stu
 
 # docs/results/qa-core: the report's questions for the backbone and its memory alone (its own runs/qa-core)
 $S qa report studies/qa/configs/core.yaml
+# docs/results/qa-rag: dense RAG beside them on HaluEval detection (QA, dialogue: the paper's RAG columns) and
+# closed-book preference (the same runs/qa-core: the backbone's and the memory's files are read, not scored again)
+$S qa report studies/qa/configs/core.yaml --set docs_dir=$R/qa-rag --set 'methods=[backbone,memory,rag-dense]' \
+  --set 'battery.methods=[backbone,memory,rag-dense]' \
+  --set 'battery.tasks=[mlpmem_halueval_detect_qa,mlpmem_halueval_detect_dialogue,mlpmem_halueval_prefer]'
 # docs/results/qa: the QA suite on data that installs from the registries
 $S qa report studies/qa/configs/report.yaml
 # docs/results/qa-gate: the question-trained gate against the fixed λ (the same runs/qa, three methods)
