@@ -6,9 +6,12 @@ decoding step) or :class:`~mlpmem.baselines.knnlm.KnnLMDecoder` (kNN-LM at every
 ``prompt_fn(questions) -> prompts`` (closed book by default, RAG passes retrieved passages); the methods
 themselves are built by :mod:`mlpmem.baselines.methods`.
 
-Batches are left-padded so the last prompt token sits at the same position in every row; each row
-decodes ``max_new_tokens`` tokens and the text is cut at the first stop string after any leading
-whitespace (small models often open the answer with a newline, so ``generate`` is not stopped early).
+The tokens every prompt of a call begins with (the few-shot demonstrations) run once: their KV cache is
+copied into each batch (:func:`shared_prefix`), and each row continues after it, its own tokens left-padded
+behind the prefix so that the last prompt token sits at the same position in every row (the attention mask
+hides the padding and positions are counted from it, so every row computes what it computes alone). Each row
+decodes ``max_new_tokens`` tokens and the text is cut at the first stop string after any leading whitespace
+(small models often open the answer with a newline, so ``generate`` is not stopped early).
 
 λ for a mixed model is chosen by :func:`tune_lambda` on a validation split of the questions: highest
 F1, then highest EM, ties to the smaller λ.
@@ -17,6 +20,7 @@ F1, then highest EM, ties to the smaller λ.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import math
 import statistics
@@ -27,6 +31,7 @@ from typing import Literal
 
 import torch
 from tqdm.auto import tqdm
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from mlpmem.baselines.methods import METHODS, MethodOptions, build_method, closed_book_prompts
 from mlpmem.compute import autocast, model_device
@@ -80,18 +85,64 @@ def generate_answers(model, tokenizer, prompts: list[str], cfg: GenerationConfig
     cfg = cfg or GenerationConfig()
     tokenizer = _prepare_tokenizer(tokenizer)
     end_ids = end_of_text_ids(model, tokenizer)
+    encoded = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    precision = contextlib.nullcontext() if cfg.precision == "fp32" else autocast(model, cfg.precision)
     out = []
-    for start in tqdm(range(0, len(prompts), cfg.batch_size), desc="generate", disable=not progress):
-        batch = tokenizer(prompts[start : start + cfg.batch_size], return_tensors="pt", padding=True,
-                          add_special_tokens=False)
-        batch = batch.to(model_device(model))
-        with contextlib.nullcontext() if cfg.precision == "fp32" else autocast(model, cfg.precision):
-            ids = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                 max_new_tokens=cfg.max_new_tokens, do_sample=False, num_beams=1,
-                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=end_ids)
-        new = [_until(row, end_ids) for row in ids[:, batch["input_ids"].shape[1] :].tolist()]
-        out += [cut_at_stop(t, stops) for t in tokenizer.batch_decode(new, skip_special_tokens=True)]
+    with precision:
+        prefix, cache = shared_prefix(model, encoded)
+        for start in tqdm(range(0, len(prompts), cfg.batch_size), desc="generate", disable=not progress):
+            ids, mask = _batch([row[len(prefix):] for row in encoded[start:start + cfg.batch_size]], prefix,
+                               tokenizer.pad_token_id, model_device(model))
+            past = None
+            if cache is not None:
+                past = copy.deepcopy(cache)
+                past.batch_repeat_interleave(ids.shape[0])
+            done = StoppingCriteriaList([AnswerEnded(tokenizer, ids.shape[1], stops)])
+            generated = model.generate(input_ids=ids, attention_mask=mask, cache=past,
+                                       max_new_tokens=cfg.max_new_tokens, do_sample=False, num_beams=1,
+                                       pad_token_id=tokenizer.pad_token_id, eos_token_id=end_ids,
+                                       stopping_criteria=done)
+            new = [_until(row, end_ids) for row in generated[:, ids.shape[1]:].tolist()]
+            out += [cut_at_stop(t, stops) for t in tokenizer.batch_decode(new, skip_special_tokens=True)]
     return out
+
+
+class AnswerEnded(StoppingCriteria):
+    """A row is done once its new text, leading whitespace skipped, holds one of ``stops``: :func:`cut_at_stop`
+    cuts there, so the tokens after it are never read (a batch stops when all its rows are done)."""
+
+    def __init__(self, tokenizer, start: int, stops: tuple[str, ...]):
+        self.tokenizer, self.start, self.stops = tokenizer, start, stops
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        texts = self.tokenizer.batch_decode(input_ids[:, self.start:], skip_special_tokens=True)
+        return torch.tensor([any(stop in text.lstrip() for stop in self.stops) for text in texts],
+                            device=input_ids.device)
+
+
+def shared_prefix(model, encoded: list[list[int]]) -> tuple[list[int], object]:
+    """The tokens every row of ``encoded`` begins with (all but each row's last token at most, so every row keeps
+    one to decode from) and the KV cache of ``model``'s backbone on them (None without a shared token, or for a
+    model that is not a torch module: such a model gets whole prompts)."""
+    if not encoded or not isinstance(model, torch.nn.Module):
+        return [], None
+    n = min(len(row) for row in encoded) - 1
+    first = encoded[0]
+    for row in encoded[1:]:
+        n = next((i for i in range(n) if row[i] != first[i]), n)
+    if n < 1:
+        return [], None
+    backbone = getattr(model, "backbone", model)  # mixed models and kNN-LM wrap it; the cache is the backbone's
+    ids = torch.tensor([first[:n]], device=model_device(model))
+    return first[:n], backbone(input_ids=ids, use_cache=True, logits_to_keep=1).past_key_values
+
+
+def _batch(rests: list[list[int]], prefix: list[int], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows ``prefix + padding + rest`` (the rests left-padded to one width) and their attention mask."""
+    width = max(len(r) for r in rests)
+    ids = [prefix + [pad_id] * (width - len(r)) + r for r in rests]
+    mask = [[1] * len(prefix) + [0] * (width - len(r)) + [1] * len(r) for r in rests]
+    return torch.tensor(ids, device=device), torch.tensor(mask, device=device)
 
 
 def end_of_text_ids(model, tokenizer) -> list[int]:

@@ -35,6 +35,47 @@ def test_batched_greedy_matches_one_by_one(tiny_llama, tiny_tokenizer):
     assert batched == single
 
 
+def _stock(model, tokenizer, prompt: str, new_tokens: int) -> str:
+    """What the backbone's own ``generate`` gives for ``prompt`` alone (no padding, no prefix cache)."""
+    import torch
+
+    ids = torch.tensor([tokenizer(prompt, add_special_tokens=False)["input_ids"]])
+    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                         do_sample=False, num_beams=1, pad_token_id=tokenizer.pad_token_id,
+                         eos_token_id=tokenizer.eos_token_id)
+    return cut_at_stop(tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True), ("\n",))
+
+
+def test_prompts_sharing_demonstrations_decode_as_each_alone(tiny_llama, tiny_tokenizer):
+    """The shared demonstrations run once (their cache copied into each batch, each row padded behind them):
+    every row decodes what the stock ``generate`` decodes on its prompt alone."""
+    from studies.qa.eval_qa import shared_prefix
+
+    questions = [{"question": q} for q in ("Who keeps the light?", "Where?", "What did the old keeper count at dawn?")]
+    prompts = closed_book_prompts(questions, shots=2)
+    encoded = [tiny_tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    prefix, cache = shared_prefix(tiny_llama, encoded)
+    assert len(prefix) > 10 and cache.get_seq_length() == len(prefix)
+    assert all(row[:len(prefix)] == prefix for row in encoded)
+    batched = generate_answers(tiny_llama, tiny_tokenizer, prompts, GenerationConfig(6, 3), stops=("\n",))
+    assert batched == [_stock(tiny_llama, tiny_tokenizer, p, 6) for p in prompts]
+    assert shared_prefix(tiny_llama, [[5, 6], [7, 6]]) == ([], None)  # nothing shared: whole prompts
+
+
+def test_an_answer_ends_at_its_first_stop_after_leading_whitespace(tiny_tokenizer):
+    import torch
+
+    from studies.qa.eval_qa import AnswerEnded
+
+    prompt = tiny_tokenizer("Question: Where?\nAnswer:", add_special_tokens=False)["input_ids"]
+    rows = [" the shore\nQuestion", "\n the shore", " the shore"]
+    encoded = [prompt + tiny_tokenizer(r, add_special_tokens=False)["input_ids"] for r in rows]
+    width = max(map(len, encoded))
+    ids = torch.tensor([row + [tiny_tokenizer.eos_token_id] * (width - len(row)) for row in encoded])
+    done = AnswerEnded(tiny_tokenizer, len(prompt), ("\n", "Question:"))(ids, None)
+    assert done.tolist() == [True, False, False]  # a leading newline does not end the answer
+
+
 def test_bf16_generation_decodes_under_autocast(tiny_llama, tiny_tokenizer):
     import torch
 
