@@ -159,6 +159,8 @@ COMMANDS = (
                 Arg("--repeats", type=int, default_from=LM_EVAL_BENCH, help="timed rounds"),
                 Arg("--threads", type=int, help="torch threads (default: all cores)"),
                 Arg("--tasks-dir", default_from=LM_EVAL_BENCH, help="a prepared task folder (empty: write one)"),
+                Arg("--tasks", type=comma_names, default_from=LM_EVAL_BENCH,
+                    help="comma-separated tasks or groups of the task folder"),
                 Arg("--one-pass-only", action="store_true",
                     help="only backbone/memory/knnlm from one backbone pass vs one at a time"),
                 Arg("--compare-precision", choices=("bf16", "auto"), default_from=LM_EVAL_BENCH,

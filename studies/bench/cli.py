@@ -50,7 +50,7 @@ def bench_packing(args: argparse.Namespace) -> None:
 def bench_lm_eval(args: argparse.Namespace) -> None:
     from studies.bench import lm_eval_contexts  # imports lm-eval, which the other benchmarks do not need
 
-    values = _given(args, ("run", "methods", "limit", "repeats", "threads", "tasks_dir", "docs_dir",
+    values = _given(args, ("run", "methods", "limit", "repeats", "threads", "tasks_dir", "tasks", "docs_dir",
                            "compare_precision", "profile"))
     if args.one_pass_only:
         values["per_method"] = False

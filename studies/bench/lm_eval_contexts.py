@@ -135,6 +135,7 @@ def report(r: dict) -> str:
 def _command(cfg: LmEvalBenchConfig, used: int) -> str:
     return (f"python -m studies bench lm-eval {cfg.run} --methods {','.join(cfg.methods)} --limit {cfg.limit} "
             f"--repeats {cfg.repeats} --threads {used}" + (f" --tasks-dir {cfg.tasks_dir}" if cfg.tasks_dir else "")
+            + ("" if cfg.tasks == [BATTERY_GROUP] else f" --tasks {','.join(cfg.tasks)}")
             + ("" if cfg.per_method else " --one-pass-only")
             + (f" --compare-precision {cfg.compare_precision}" if cfg.compare_precision else "")
             + (" --profile" if cfg.profile else ""))

@@ -31,13 +31,16 @@ def mc_tasks(tmp_path_factory):
     return write_mc_task(tmp_path_factory.mktemp("mc-tasks"))
 
 
-def test_each_method_of_one_pass_scores_as_its_own_model(run_dir, mc_tasks, tmp_path):
+@pytest.mark.parametrize("min_saved", [0, 10**6], ids=["contexts-shared", "whole-rows"])
+def test_each_method_of_one_pass_scores_as_its_own_model(run_dir, mc_tasks, tmp_path, min_saved):
+    """Both paths: every context with two distinct rows run once, and every request scored on its whole row
+    (left-padded beside rows of other lengths)."""
     gate_dir = tmp_path / "gate"
     save_gate(Gate(GateConfig(hidden_size=4)), gate_dir, augmented_from_run(run_dir).memory)
     methods = {"backbone": {"method": "backbone"}, "memory": {"lam": 0.4},
                "memory-gate": {"gate": True, "gate_dir": str(gate_dir), "gate_offset": 0.5},
                "knnlm": {"method": "knnlm"}}
-    one = OnePass({label: {"run": str(run_dir), **args} for label, args in methods.items()})
+    one = OnePass({label: {"run": str(run_dir), **args} for label, args in methods.items()}, min_saved=min_saved)
     passes = []
     for label, args in methods.items():
         got = mc_responses(OnePassLM(one, label, batch_size=2), mc_tasks)
@@ -52,7 +55,8 @@ def test_each_method_of_one_pass_scores_as_its_own_model(run_dir, mc_tasks, tmp_
 def test_one_pass_at_bf16_scores_as_each_methods_own_bf16_model(run_dir, mc_tasks, monkeypatch):
     """... with every forward of the pass under one autocast (its cast weights cleared once, after the pass)."""
     methods = {"backbone": {"method": "backbone"}, "memory": {"lam": 0.4}}
-    one = OnePass({label: {"run": str(run_dir), "precision": "bf16", **args} for label, args in methods.items()})
+    one = OnePass({label: {"run": str(run_dir), "precision": "bf16", **args} for label, args in methods.items()},
+                  min_saved=0)  # contexts shared: many forwards
     assert one.precision == "bf16"
     clears, real_clear = [], torch.clear_autocast_cache
     for label, args in methods.items():

@@ -19,7 +19,13 @@ from helpers.harness import mc_responses as responses
 from helpers.harness import write_mc_task
 from mlpmem.errors import ConfigError
 from mlpmem.evaluation.harness import MlpmemLM
-from mlpmem.evaluation.shared_context import shared_context_loglikelihood, shared_groups
+from mlpmem.evaluation.shared_context import (
+    Group,
+    shared_context_loglikelihood,
+    shared_groups,
+    whole_rows_loglikelihood,
+    worth_sharing,
+)
 from mlpmem.inference.gate import Gate, GateConfig
 from mlpmem.inference.gate_io import save_gate
 from mlpmem.pipeline.hf_export import augmented_from_run
@@ -81,6 +87,41 @@ def gate_dir(run_dir, tmp_path):
     folder = tmp_path / "gate"
     save_gate(Gate(GateConfig(hidden_size=4)), folder, augmented_from_run(run_dir).memory)
     return folder
+
+
+def test_a_context_is_shared_only_when_running_it_once_saves_enough():
+    requests = [(None, [1] * 50, [3]), (None, [1] * 50, [4]), (None, [1] * 50, [5, 6]), (None, [1] * 50, [7, 8])]
+    judgement = Group((1,) * 50, (0, 1))  # one-token choices read one row: nothing to save
+    reading = Group((1,) * 50, (0, 1, 2, 3))  # three distinct rows: the context runs once instead of three times
+    assert not worth_sharing(judgement, requests, 1)
+    assert worth_sharing(reading, requests, 100) and not worth_sharing(reading, requests, 101)
+
+
+def test_whole_rows_run_each_distinct_row_once_left_padded():
+    """Rows of several lengths in one batch, left-padded: each request reads its own last positions."""
+    import torch
+
+    fed = []
+
+    def forward_rows(ids, mask, keep):  # the next-token logits favour (token + position) % 10
+        fed.extend(tuple(t for t, m in zip(row, ms) if m) for row, ms in zip(ids.tolist(), mask.tolist()))
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        logits = torch.nn.functional.one_hot((ids + positions) % 10, 10).float() * 3
+        return logits[:, -keep:]
+
+    requests = [(None, [1, 2], [3]), (None, [1, 2], [4]), (None, [5], [6, 7]), (None, [1, 2, 3, 4], [5, 6])]
+    got = whole_rows_loglikelihood(forward_rows, requests, [0, 1, 2, 3], pad_id=0, progress=False)
+    assert sorted(fed) == sorted([(1, 2), (5, 6), (1, 2, 3, 4, 5)])  # the two one-token choices share a row
+
+    def alone(context, continuation):  # each request scored on its own unpadded row
+        row = torch.tensor([context + continuation[:-1]])
+        logits = forward_rows(row, torch.ones_like(row), len(continuation))[0]
+        logp = torch.log_softmax(logits, -1)
+        return float(logp.gather(1, torch.tensor(continuation)[:, None]).sum())
+
+    for i, (_, context, continuation) in enumerate(requests):
+        assert math.isclose(got[i][0], alone(context, continuation), rel_tol=1e-6)
+    assert got[0][1] and not got[1][1]  # padded, [1, 2] still sits at positions 0, 1: (2 + 1) % 10 = 3 is greedy
 
 
 @pytest.mark.parametrize("method", ["memory", "gate", "backbone", "knnlm", "rag-bm25"])

@@ -6,8 +6,9 @@ instead of one backbone pass per method, :class:`OnePass` runs the backbone once
 :class:`~mlpmem.backbone.KeyHook` and hands the logits and keys to every method's own mixing
 (``mixer.mix(lm_logits, keys)``: :meth:`MemoryAugmentedForCausalLM.mix
 <mlpmem.inference.hf_model.MemoryAugmentedForCausalLM.mix>`, :meth:`KnnLMDecoder.mix
-<mlpmem.baselines.knnlm.KnnLMDecoder.mix>`; the backbone's own log-softmax), through the shared-context path of
-:mod:`mlpmem.evaluation.shared_context` (each context runs once, every continuation on its cache).
+<mlpmem.baselines.knnlm.KnnLMDecoder.mix>`; the backbone's own log-softmax), through the paths of
+:mod:`mlpmem.evaluation.shared_context`: a long context shared by several continuations runs once, every
+continuation on its cache; every other request is scored on its whole row, many rows a batch.
 
 lm-eval scores one model at a time, so each method gets its own :class:`OnePassLM` (lm-eval's ``HFLM`` on the
 shared backbone), and they share one :class:`OnePass`: the first method asked for a request scores it for every
@@ -29,14 +30,24 @@ from lm_eval.utils import simple_parse_args_string
 from torch import nn
 
 from mlpmem.backbone import KeyHook, keep_positions
-from mlpmem.compute import autocast, inference_scope
+from mlpmem.compute import autocast, inference_scope, model_device
 from mlpmem.errors import ConfigError
 from mlpmem.evaluation.methods import MethodArgs, build_model
-from mlpmem.evaluation.shared_context import forward_on_cache, shared_context_loglikelihood, shared_groups
+from mlpmem.evaluation.shared_context import (
+    forward_on_cache,
+    shared_context_loglikelihood,
+    shared_groups,
+    whole_rows_loglikelihood,
+    worth_sharing,
+)
 from mlpmem.pipeline.hf_export import open_run
 
 ONE_PASS_METHODS = ("backbone", "memory", "knnlm")
 """The ``method=`` values whose scores come from the run's backbone pass (with its keys) alone."""
+
+SHARE_MIN_SAVED = 128
+"""Tokens a context run once must save to be shared (:func:`~mlpmem.evaluation.shared_context.worth_sharing`):
+about the fixed cost of the two batch-1 forwards that sharing it takes."""
 
 Mix = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """``mix(lm_logits (B, T, V), keys (B, T, d)) -> log-probs (B, T, V)`` of one method."""
@@ -58,10 +69,11 @@ class OnePass:
 
     ``model_args`` are the ``mlpmem`` model type's (a string as lm-eval takes it, or a dict): each must name the
     same ``run=``, a method of :data:`ONE_PASS_METHODS` and the same ``precision=`` (the pass and every mixing
-    run at it). ``scores`` is filled as requests are scored.
+    run at it). ``scores`` is filled as requests are scored. ``min_saved``: what a shared context must save
+    (:data:`SHARE_MIN_SAVED`; 0 shares every context that has two distinct rows).
     """
 
-    def __init__(self, methods: dict[str, str | dict]):
+    def __init__(self, methods: dict[str, str | dict], min_saved: int = SHARE_MIN_SAVED):
         if not methods:
             raise ConfigError("one pass needs at least one method")
         args = {label: MethodArgs(**(simple_parse_args_string(a) if isinstance(a, str) else a))
@@ -76,6 +88,7 @@ class OnePass:
         if len(precisions) != 1:
             raise ConfigError(f"one pass runs at one precision, the methods ask for {sorted(precisions)}")
         self.precision = precisions.pop()
+        self.min_saved = min_saved
         self.run = open_run(runs.pop())
         self.args = args
         self.labels = list(args)
@@ -100,14 +113,26 @@ class OnePass:
 
     def forward(self, ids: torch.Tensor, past, last_only: bool) -> tuple[torch.Tensor, object]:
         """Every method's log-probs (M, B, T, V) of one backbone forward on ``ids`` after ``past``."""
+        return self._mixed(lambda: forward_on_cache(self.backbone, ids, past, last_only), 1 if last_only else 0)
+
+    def forward_rows(self, ids: torch.Tensor, mask: torch.Tensor, keep: int) -> torch.Tensor:
+        """Every method's log-probs (M, B, keep, V) of the last ``keep`` positions of left-padded rows."""
+        device = model_device(self.backbone)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        return self._mixed(lambda: self.backbone(input_ids=ids.to(device), attention_mask=mask.to(device),
+                                                 position_ids=positions.to(device), use_cache=False,
+                                                 logits_to_keep=keep), keep)[0]
+
+    def _mixed(self, run, keep: int) -> tuple[torch.Tensor, object]:
+        """Every method's mixing of the backbone output ``run()`` returns (its logits at the kept positions)."""
         hook = None if self.key_site is None else KeyHook(self.backbone, *self.key_site)
         with torch.no_grad(), autocast(self.backbone, self.precision):
             with hook or contextlib.nullcontext():
-                out = forward_on_cache(self.backbone, ids, past, last_only)
-            keys = None if hook is None else keep_positions(hook.keys, out.logits, 1 if last_only else 0)
+                out = run()
+            keys = None if hook is None else keep_positions(hook.keys, out.logits, keep)
             mixed = [self.mix[label](out.logits, keys).float() for label in self.labels]
         self.passes += 1
-        return torch.stack(mixed), out.cache
+        return torch.stack(mixed), getattr(out, "cache", None)
 
     def score(self, requests: Sequence[tuple], max_length: int, batch_size: int, progress: bool) -> None:
         """Score every request (lm-eval's ``(request_str, context_enc, continuation_enc)``) not yet scored."""
@@ -121,10 +146,12 @@ class OnePass:
             return
         groups, rest = shared_groups(todo, max_length, min_members=1)
         assert not rest, "every request was fitted to max_length"
+        shared = [g for g in groups if worth_sharing(g, todo, self.min_saved)]
+        whole = sorted(i for g in groups if not worth_sharing(g, todo, self.min_saved) for i in g.members)
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         with inference_scope(self.backbone, self.precision, *self.modules):  # each weight cast once for all requests
-            scored = shared_context_loglikelihood(self.forward, todo, groups, batch_size, pad_id,
-                                                  progress=progress)
+            scored = shared_context_loglikelihood(self.forward, todo, shared, batch_size, pad_id, progress=progress)
+            scored |= whole_rows_loglikelihood(self.forward_rows, todo, whole, pad_id, progress=progress)
         for i, per_method in scored.items():
             self.scores[(todo[i][1], todo[i][2])] = per_method
 

@@ -12,6 +12,13 @@ left to ``HFLM``'s own batched path, as are requests whose context must be trunc
 
 The forward may also return several methods' log-probs of one pass, stacked in a leading dimension (M, B, T, V)
 (:mod:`mlpmem.evaluation.one_pass`): every score is then a list of M ``(Σ log p, greedy)``, one per method.
+
+Running a context once pays only when it is long against what it saves: each group costs two batch-1 forwards,
+and on a CPU a forward of a few tokens costs about as much as one of a hundred (every weight is read either
+way). :func:`worth_sharing` says which groups save enough; the others are scored as whole rows
+(:func:`whole_rows_loglikelihood`): each distinct ``context + continuation[:-1]`` once (the choices of a
+judgement that are one token each read one row), rows of similar length left-padded into batches of up to
+:data:`ROW_TOKENS` tokens, only the continuations' positions turned into log-probs.
 """
 
 from __future__ import annotations
@@ -29,6 +36,12 @@ from mlpmem.compute import model_device
 Forward = Callable[..., tuple[torch.Tensor, object]]
 """``forward(input_ids, past, last_only) -> (logits (B, T, V) or (M, B, T, V), cache)``: the model in its mixing
 context, or M methods' log-probs from one pass."""
+RowsForward = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+"""``forward_rows(input_ids, attention_mask, keep) -> logits (B, keep, V) or (M, B, keep, V)`` of the last ``keep``
+positions of left-padded rows (positions counted from the mask)."""
+ROW_TOKENS = 2048
+"""Tokens a batch holds: enough rows of a few tokens that one forward's fixed cost is shared, a long row alone
+(batching long rows gains nothing on a CPU)."""
 Score = tuple[float, bool] | list[tuple[float, bool]]
 """A request's (Σ log p, greedy), or one per method when the forward returns several."""
 
@@ -82,18 +95,21 @@ def _scores(logp: torch.Tensor, continuation: list[int]) -> Score:
 def score_group(forward: Forward, group: Group, continuations: list[list[int]], batch_size: int,
                 pad_id: int) -> Iterator[Score]:
     """Every continuation of ``group`` scored after its context, which runs once; yielded in order, as each
-    chunk of ``batch_size`` is done (a group can be large: the PMI requests of a task share one context)."""
+    chunk is done (at least ``batch_size`` continuations, up to :data:`ROW_TOKENS` tokens: a group can be large,
+    the PMI requests of a task share one context)."""
     ids = torch.tensor([group.context])
     logits, cache = forward(ids, None, last_only=True)
     first = F.log_softmax(logits[..., 0, -1, :].float(), -1)  # (V) or (M, V): every continuation's first token
-    for start in range(0, len(continuations), batch_size):
-        chunk = continuations[start:start + batch_size]
+    width = len(group.context) + max(len(c) for c in continuations)
+    size = max(batch_size, ROW_TOKENS // width)  # short continuations of a short context: many a batch
+    for start in range(0, len(continuations), size):
+        chunk = continuations[start:start + size]
         rest = [c[:-1] for c in chunk]  # what each continuation feeds after the context
         width = max(len(r) for r in rest)
         tails = None
         if width:
             batch = torch.tensor([r + [pad_id] * (width - len(r)) for r in rest])
-            last = start + batch_size >= len(continuations)
+            last = start + size >= len(continuations)
             past = cache if last else copy.deepcopy(cache)  # the last chunk consumes the context's own cache
             past.batch_repeat_interleave(len(chunk))
             tails = F.log_softmax(forward(batch, past, last_only=False)[0].float(), -1)
@@ -120,5 +136,43 @@ def shared_context_loglikelihood(forward: Forward, requests: Sequence[tuple], gr
             for members, scored in zip(same.values(), score_group(forward, group, continuations, batch_size, pad_id)):
                 results.update((i, scored) for i in members)
                 bar.update(len(members))
+    bar.close()
+    return results
+
+
+def worth_sharing(group: Group, requests: Sequence[tuple], min_saved: int) -> bool:
+    """Whether running ``group``'s context once saves at least ``min_saved`` tokens over scoring its distinct rows
+    whole (the rows that differ only in a continuation's last token are one row)."""
+    rows = {tuple(requests[i][2][:-1]) for i in group.members}
+    return (len(rows) - 1) * len(group.context) >= min_saved
+
+
+def whole_rows_loglikelihood(forward_rows: RowsForward, requests: Sequence[tuple], indices: Sequence[int],
+                             pad_id: int, progress: bool = True) -> dict[int, Score]:
+    """``{request index: (Σ log p, greedy)}`` of ``requests[indices]``, each scored on its row
+    ``context + continuation[:-1]`` (one run per distinct row; see the module docstring)."""
+    readers: dict[tuple[int, ...], list[int]] = {}
+    for i in indices:
+        _, context, continuation = requests[i]
+        readers.setdefault(tuple(context) + tuple(continuation[:-1]), []).append(i)
+    rows = sorted(readers, key=len, reverse=True)  # similar lengths share a batch; the longest first
+    results: dict[int, Score] = {}
+    bar = tqdm(total=len(indices), disable=not progress, desc="Running loglikelihood requests (whole rows)")
+    start = 0
+    with torch.no_grad():
+        while start < len(rows):
+            size = max(1, ROW_TOKENS // len(rows[start]))
+            chunk = rows[start:start + size]
+            start += len(chunk)
+            width = len(chunk[0])
+            keep = max(len(requests[i][2]) for row in chunk for i in readers[row])
+            ids = torch.tensor([[pad_id] * (width - len(row)) + list(row) for row in chunk])
+            mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in chunk])
+            logp = F.log_softmax(forward_rows(ids, mask, keep).float(), -1)  # (B, keep, V) or (M, B, keep, V)
+            for b, row in enumerate(chunk):
+                for i in readers[row]:
+                    continuation = requests[i][2]
+                    results[i] = _scores(logp[..., b, keep - len(continuation):, :], continuation)
+                bar.update(len(readers[row]))
     bar.close()
     return results

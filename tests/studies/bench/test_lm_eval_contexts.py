@@ -43,7 +43,12 @@ def test_bench_lm_eval_one_pass_only(tiny_run, tmp_path):
     r = main(cfg)
     assert r["methods"] == {} and r["one_pass"]["methods"] == ["backbone", "knnlm"]
     assert all(m["scores_equal"] for m in r["one_pass"]["agreement"].values())
+    planned = r["one_pass"]["planned"]  # the one pass's plan against every context shared: the same answers
+    assert planned["speedup_wall"] > 0
+    assert all(m["scores_equal"] and m["greedy_equal"] and m["max_abs_loglik_diff"] < 1e-4
+               for m in planned["agreement"].values())
     text = (tmp_path / "docs" / "lm-eval-contexts.md").read_text()
+    assert "Every context shared / the plan" in text
     assert "HFLM / shared" not in text and "--one-pass-only" in text and "from one backbone pass" in text
 
 
