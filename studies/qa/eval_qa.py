@@ -10,8 +10,9 @@ The tokens every prompt of a call begins with (the few-shot demonstrations) run 
 copied into each batch (:func:`shared_prefix`), and each row continues after it, its own tokens left-padded
 behind the prefix so that the last prompt token sits at the same position in every row (the attention mask
 hides the padding and positions are counted from it, so every row computes what it computes alone). Each row
-decodes ``max_new_tokens`` tokens and the text is cut at the first stop string after any leading whitespace
-(small models often open the answer with a newline, so ``generate`` is not stopped early).
+decodes up to ``max_new_tokens`` tokens and the text is cut at the first stop string after any leading whitespace
+(small models often open the answer with a newline, so a bare newline does not end it); a batch stops once every
+row holds a stop string (:class:`AnswerEnded`).
 
 λ for a mixed model is chosen by :func:`tune_lambda` on a validation split of the questions: highest
 F1, then highest EM, ties to the smaller λ.

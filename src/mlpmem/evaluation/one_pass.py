@@ -146,8 +146,9 @@ class OnePass:
             return
         groups, rest = shared_groups(todo, max_length, min_members=1)
         assert not rest, "every request was fitted to max_length"
-        shared = [g for g in groups if worth_sharing(g, todo, self.min_saved)]
-        whole = sorted(i for g in groups if not worth_sharing(g, todo, self.min_saved) for i in g.members)
+        share = [worth_sharing(g, todo, self.min_saved) for g in groups]
+        shared = [g for g, s in zip(groups, share) if s]
+        whole = sorted(i for g, s in zip(groups, share) if not s for i in g.members)
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         with inference_scope(self.backbone, self.precision, *self.modules):  # each weight cast once for all requests
             scored = shared_context_loglikelihood(self.forward, todo, shared, batch_size, pad_id, progress=progress)
