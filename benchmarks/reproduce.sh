@@ -34,11 +34,16 @@ $S ablate default --study teacher --out $A/teacher-recipe --quiet
 $S ablate default --study seeds --out $A/seeds --quiet
 $S ablate default --study distil --out $A/distil --quiet   # reads the seeds study's memories
 
-# docs/results/qa-core: the report's questions for the backbone and its memory alone (its own runs/qa-core)
-$S qa report studies/qa/configs/core.yaml
+# docs/results/qa-core: the report's questions for the backbone and its memory alone (its own runs/qa-core), every
+# stage at fp32 (what `precision: auto` is on a CPU without native bf16); qa-core-bf16: the same call as shipped
+FP32=(--set generation.precision=fp32 --set battery.precision=fp32
+      --set 'benchmarks.halueval_qa.pipeline_set=[backbone.precision=fp32,train.precision=fp32]')
+$S qa report studies/qa/configs/core.yaml "${FP32[@]}"
+$S qa report studies/qa/configs/core.yaml --set out_dir=runs/qa-core-bf16 --set docs_dir=$R/qa-core-bf16
 # docs/results/qa-rag: dense RAG beside them on HaluEval detection (QA, dialogue: the paper's RAG columns) and
 # closed-book preference (the same runs/qa-core: the backbone's and the memory's files are read, not scored again)
-$S qa report studies/qa/configs/core.yaml --set docs_dir=$R/qa-rag --set 'methods=[backbone,memory,rag-dense]' \
+$S qa report studies/qa/configs/core.yaml "${FP32[@]}" --set docs_dir=$R/qa-rag \
+  --set 'methods=[backbone,memory,rag-dense]' \
   --set 'battery.methods=[backbone,memory,rag-dense]' \
   --set 'battery.tasks=[mlpmem_halueval_detect_qa,mlpmem_halueval_detect_dialogue,mlpmem_halueval_prefer]'
 # docs/results/qa: the QA suite on data that installs from the registries
