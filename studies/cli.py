@@ -164,11 +164,11 @@ COMMANDS = (
                 Arg("--one-pass-only", action="store_true",
                     help="only backbone/memory/knnlm from one backbone pass vs one at a time"),
                 Arg("--compare-precision", choices=("bf16", "auto"), default_from=LM_EVAL_BENCH,
-                    help="only backbone/memory/knnlm at fp32 vs this precision (lm-eval-precision.md)"),
+                    help="only backbone/memory/knnlm at fp32 vs this precision (its own --docs folder)"),
                 Arg("--profile", action="store_true",
                     help="with --compare-precision: one more round each under torch.profiler, per operator"),
                 Arg("--docs", dest="docs_dir", default_from=LM_EVAL_BENCH,
-                    help="folder of lm-eval-contexts.md and .json"))),
+                    help="folder of its report.md and results.json"))),
     Command("scale", "bench", "studies.bench.scale.run:main_from_args",
             "1 vs N processes, peak RSS against datastore size, resume vs rerun", (
                 Arg("config", nargs="?", default="quick", help="config (YAML or preset) whose corpus/backbone to use"),

@@ -59,8 +59,8 @@ class LmEvalBenchConfig(Config):
     """With ``compare_precision``: one more round at each precision under ``torch.profiler``, its operators'
     self CPU time side by side in the report (:mod:`studies.bench.op_profile`)."""
     out_dir: str = "runs/bench/lm-eval"
-    docs_dir: str = "docs/results/speed"
-    """Where ``lm-eval-contexts.md`` and ``lm-eval-contexts.json`` are written."""
+    docs_dir: str = "docs/results/lm-eval-one-pass"
+    """Where ``report.md`` and ``results.json`` are written (one folder per comparison)."""
 
     def validate(self) -> None:
         if not self.methods or set(self.methods) - set(CACHING):
@@ -161,22 +161,22 @@ def main(cfg: LmEvalBenchConfig) -> dict:
     if cfg.one_pass and len(one_pass_labels(cfg.methods)) > 1:
         results["one_pass"] = measure_one_pass(cfg, task_manager(folder, local_only=True), _responses, _scores)
     out = Path(cfg.docs_dir)
-    write_text(out / "lm-eval-contexts.json", json.dumps(results, indent=1))
+    write_text(out / "results.json", json.dumps(results, indent=1))
     parts = [report(results)] if cfg.per_method else [_header(cfg, used, command)]
     text = "\n\n".join(parts + ([one_pass_report(results["one_pass"])] if "one_pass" in results else []))
-    write_text(out / "lm-eval-contexts.md", text)
+    write_text(out / "report.md", text)
     print(text)
     return results
 
 
 def _main_precision(cfg: LmEvalBenchConfig, used: int, folder: Path, command: str) -> dict:
-    """``--compare-precision``: ``lm-eval-precision.md`` and ``.json`` in ``docs_dir``."""
+    """``--compare-precision``: its ``report.md`` and ``results.json`` in ``docs_dir``."""
     results = {"command": command, "run": cfg.run, "tasks": cfg.tasks, "limit": cfg.limit,
                "batch_size": cfg.batch_size, "repeats": cfg.repeats, "warmup": cfg.warmup, "threads": used,
                "precision": measure_precision(cfg, task_manager(folder, local_only=True), _responses)}
     out = Path(cfg.docs_dir)
-    write_text(out / "lm-eval-precision.json", json.dumps(results, indent=1))
+    write_text(out / "results.json", json.dumps(results, indent=1))
     text = "\n\n".join([_header(cfg, used, command), precision_report(results["precision"])])
-    write_text(out / "lm-eval-precision.md", text)
+    write_text(out / "report.md", text)
     print(text)
     return results

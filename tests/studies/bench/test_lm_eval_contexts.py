@@ -24,15 +24,15 @@ def test_bench_lm_eval_times_both_paths_and_they_agree(tiny_run, tmp_path):
         assert m["requests"] == sum(2 * len(i["choices"]) for i in MC_ITEMS)
         assert m["greedy_equal"] and m["scores_equal"] and m["max_abs_loglik_diff"] < 1e-4
         assert m["seconds"][SHARED]["wall"]["n"] == m["seconds"][PLAIN]["wall"]["n"] == 1 and m["speedup_wall"] > 0
-    assert json.loads((tmp_path / "docs" / "lm-eval-contexts.json").read_text())["methods"].keys() == {"backbone",
+    assert json.loads((tmp_path / "docs" / "results.json").read_text())["methods"].keys() == {"backbone",
                                                                                                     "memory"}
-    assert "HFLM / shared" in (tmp_path / "docs" / "lm-eval-contexts.md").read_text()
+    assert "HFLM / shared" in (tmp_path / "docs" / "report.md").read_text()
     one = r["one_pass"]
     assert one["methods"] == ["backbone", "memory"] and one["speedup_wall"] > 0
     assert one["backbone_passes_per_round"] > 0
     for method, m in one["agreement"].items():
         assert m["greedy_equal"] and m["scores_equal"] and m["max_abs_loglik_diff"] < 1e-4, method
-    assert "from one backbone pass" in (tmp_path / "docs" / "lm-eval-contexts.md").read_text()
+    assert "from one backbone pass" in (tmp_path / "docs" / "report.md").read_text()
 
 
 def test_bench_lm_eval_one_pass_only(tiny_run, tmp_path):
@@ -47,7 +47,7 @@ def test_bench_lm_eval_one_pass_only(tiny_run, tmp_path):
     assert planned["speedup_wall"] > 0
     assert all(m["scores_equal"] and m["greedy_equal"] and m["max_abs_loglik_diff"] < 1e-4
                for m in planned["agreement"].values())
-    text = (tmp_path / "docs" / "lm-eval-contexts.md").read_text()
+    text = (tmp_path / "docs" / "report.md").read_text()
     assert "Every context shared / the plan" in text
     assert "HFLM / shared" not in text and "--one-pass-only" in text and "from one backbone pass" in text
 
@@ -67,14 +67,15 @@ def test_bench_lm_eval_compare_precision(tiny_run, tmp_path):
         assert m["items_changed"]["acc"]["items"] == 2 * len(MC_ITEMS)
         assert set(m["delta"]) == {"acc", "acc_mutual_info"} and m["delta"]["acc"]["n"] == 2 * len(MC_ITEMS)
     assert set(r["vs_backbone"]["memory"]) == {"fp32", "bf16"}
-    text = (tmp_path / "docs" / "lm-eval-precision.md").read_text()
+    text = (tmp_path / "docs" / "report.md").read_text()
     assert "at fp32 and at bf16" in text and "--compare-precision bf16 --profile" in text
     profile = r["profile"]  # one more round each under the profiler
     assert profile["ways"] == ["fp32", "bf16"] and min(profile["total_ms"].values()) > 0
     assert profile["rows"][-1]["op"] == "(other operators)" and any(row["op"].startswith("aten::")
                                                                     for row in profile["rows"])
     assert "Where the time goes" in text and "| total |" in text
-    assert not (tmp_path / "docs" / "lm-eval-contexts.md").exists()
+    written = json.loads((tmp_path / "docs" / "results.json").read_text())
+    assert "precision" in written and "one_pass" not in written  # the precision report alone
 
 
 @pytest.mark.parametrize("bad", [{"methods": ["mosaics"]}, {"methods": ["nope"]}, {"limit": 0},
