@@ -82,6 +82,11 @@ $S bench scale quick --tokens 0 --sizes '' --corpus-repeats 4,16 --out runs/scal
 $S bench scale quick --tokens 0 --sizes '' --corpus-repeats '' --shard-steps 10 --shard-width 4096 \
   --out runs/scale-idle --docs $R/scale
 
+# docs/results/lm-eval-one-pass: the battery's one backbone pass timed against one method at a time and against
+# every context shared (on qa-core's run and tasks, written above)
+$S bench lm-eval runs/qa-core/halueval_qa/memory-run --methods backbone,memory --limit 10 --repeats 2 \
+  --threads 2 --tasks-dir runs/qa-core/battery/tasks \
+  --tasks mlpmem_battery,mlpmem_halueval_detect,mlpmem_halueval_prefer --one-pass-only
 # docs/results/breakeven: offline cost against per-request cost at three corpus sizes (alone on an idle machine)
 $S bench breakeven quick --sizes 6000,40000,200000 --finetune none --search-keys 10000000 --docs $R/breakeven \
     --quiet
