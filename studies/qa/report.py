@@ -329,9 +329,14 @@ def cost_minutes(results: dict) -> dict:
     out["total"] = minutes(sum(offline.values(), []) + sum(scoring.values(), []) + battery)
     calls = results.get("calls") or []
     out["calls"] = minutes([c["seconds"] for c in calls]) | {"n": len(calls), "machines": sorted(
-        {f"{m['cpu']}, {m['threads']} threads, device {m['device']}" if (m := c.get("machine")) else "not recorded"
-         for c in calls})}
+        {machine_label(m) if (m := c.get("machine")) else "not recorded" for c in calls})}
     return out
+
+
+def machine_label(machine: dict) -> str:
+    """CPU, threads, device and, where the call recorded it, whether bf16 was native there (it sets the speed)."""
+    bf16 = {True: ", native bf16", False: ", no native bf16"}.get(machine.get("native_bf16"), "")
+    return f"{machine['cpu']}, {machine['threads']} threads, device {machine['device']}{bf16}"
 
 
 def cost_section(cost: dict, benches: list[str]) -> str:

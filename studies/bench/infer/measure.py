@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from mlpmem.compute import model_device, synchronize
+from mlpmem.compute import model_device, resolve_precision, synchronize
 from mlpmem.inference.mixing import mix
 from studies.bench.common import summarize, unique_param_bytes
 from studies.bench.infer.config import InferBenchConfig
@@ -128,7 +128,8 @@ def mixing_microbench(vocab: int, lam: float, batch: int = 1, iters: int = 200) 
 
 
 def machine(n_threads: int, device: torch.device | None = None) -> dict:
-    """CPU model, threads, torch version and the device the models ran on (a GPU's name) of the measurement."""
+    """CPU model, threads, torch version, the device the models ran on (a GPU's name) and whether it computes bf16
+    natively (what ``precision: auto`` resolves to there) of the measurement."""
     cpu = ""
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -137,4 +138,5 @@ def machine(n_threads: int, device: torch.device | None = None) -> dict:
                 break
     return {"cpu": cpu or platform.processor(), "threads": n_threads, "torch": torch.__version__,
             "cuda": torch.cuda.is_available(),
-            "device": torch.cuda.get_device_name(device) if device is not None and device.type == "cuda" else "cpu"}
+            "device": torch.cuda.get_device_name(device) if device is not None and device.type == "cuda" else "cpu",
+            "native_bf16": resolve_precision("auto", device if device is not None else "cpu") == "bf16"}

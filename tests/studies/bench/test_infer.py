@@ -18,10 +18,11 @@ from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.memory import MLPMemory, tie_to_backbone
 from studies.bench.infer.config import InferBenchConfig
 from studies.bench.infer.ladder import ladder_notes, memory_variants
-from studies.bench.infer.measure import TimedMethod, measure, weight_limits
+from studies.bench.infer.measure import TimedMethod, machine, measure, weight_limits
 from studies.bench.infer.report import limit_text, targets
 from studies.bench.infer.run import main
 from studies.bench.knn_setup import KnnSetupConfig
+from studies.qa.report import machine_label
 
 
 def tied_memory(backbone):
@@ -178,3 +179,11 @@ def test_weight_limits_of_a_corpus_head_count_its_rows_once():
     assert lim["decode_ratio_limit_separate_heads"] == lim["decode_ratio_limit_fused"] < 1
     assert "7 corpus tokens with its own head rows" in limit_text(lim)
     assert "with two head reads" in limit_text(weight_limits(backbone, tied_memory(backbone)))
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_the_machine_record_says_whether_bf16_is_native_there(native, monkeypatch):
+    monkeypatch.setattr("mlpmem.compute.cpu_has_native_bf16", lambda: native)
+    record = machine(2)
+    assert record["threads"] == 2 and record["device"] == "cpu" and record["native_bf16"] is native
+    assert machine_label(record).endswith(", native bf16" if native else ", no native bf16")

@@ -258,13 +258,13 @@ def test_the_cost_table_sums_every_recorded_stage_and_names_the_missing(tmp_path
     synthetic = results["benchmarks"]["synthetic"]["methods"]
     synthetic["memory"].update(train_seconds=600.0, wall_seconds=120.0)
     synthetic["backbone"]["wall_seconds"] = 60.0
-    machine = {"cpu": "AMD EPYC", "threads": 2, "torch": "2.5", "cuda": False, "device": "cpu"}
+    machine = {"cpu": "AMD EPYC", "threads": 2, "torch": "2.5", "cuda": False, "device": "cpu", "native_bf16": False}
     results["calls"] = [{"started": "2026-01-01T00:00:00+00:00", "seconds": 1500.0, "machine": machine},
                         {"started": "2026-01-01T01:00:00+00:00", "seconds": None}]  # the second stopped half-way
     results["battery"] = {"wall_seconds": {"backbone": 300.0, "memory": 180.0}}
     cost = cost_minutes(results)
     assert cost["calls"] == {"minutes": 25.0, "not_recorded": 1, "n": 2,
-                             "machines": ["AMD EPYC, 2 threads, device cpu", "not recorded"]}
+                             "machines": ["AMD EPYC, 2 threads, device cpu, no native bf16", "not recorded"]}
     assert cost["memory_run"]["synthetic"] == {"minutes": 10.0, "not_recorded": 0}
     assert cost["methods"]["synthetic"] == {"minutes": 3.0, "not_recorded": 0}
     assert cost["methods"]["disfl_qa"] == {"minutes": None, "not_recorded": 1}  # its backbone recorded no time
@@ -276,8 +276,8 @@ def test_the_cost_table_sums_every_recorded_stage_and_names_the_missing(tmp_path
     assert "| the lm-eval battery, every method |  |  | — |" in table
     assert "| **total** |  |  | **13 (some not recorded)** |" in table
     assert "| every computing call of the suite in its out_dir (2), wall clock" in table
-    assert ("|  |  | 25 (some not recorded) |\n\nThe calls ran on: AMD EPYC, 2 threads, device cpu; not recorded."
-            in table)
+    assert ("|  |  | 25 (some not recorded) |\n\nThe calls ran on: AMD EPYC, 2 threads, device cpu, no native bf16; "
+            "not recorded." in table)
     assert json.loads((tmp_path / "results.json").read_text())["cost_minutes"]["total"]["minutes"] == 13.0
 
 
