@@ -23,6 +23,7 @@ from mlpmem.evaluation.stats import BootstrapConfig
 from mlpmem.reporting.tables import DASH, count, fixed, markdown_table, mebibytes
 from mlpmem.utils.shards import write_json
 from studies.ablation import study_table
+from studies.bench.infer.measure import machine_label
 from studies.qa.battery_report import battery_rows, battery_section, task_sources
 from studies.qa.claims import claims
 from studies.qa.gate_verdict import gate_section, gate_verdict, judged_text_ppl
@@ -331,12 +332,6 @@ def cost_minutes(results: dict) -> dict:
     out["calls"] = minutes([c["seconds"] for c in calls]) | {"n": len(calls), "machines": sorted(
         {machine_label(m) if (m := c.get("machine")) else "not recorded" for c in calls})}
     return out
-
-
-def machine_label(machine: dict) -> str:
-    """CPU, threads, device and, where the call recorded it, whether bf16 was native there (it sets the speed)."""
-    bf16 = {True: ", native bf16", False: ", no native bf16"}.get(machine.get("native_bf16"), "")
-    return f"{machine['cpu']}, {machine['threads']} threads, device {machine['device']}{bf16}"
 
 
 def cost_section(cost: dict, benches: list[str]) -> str:

@@ -140,3 +140,9 @@ def machine(n_threads: int, device: torch.device | None = None) -> dict:
             "cuda": torch.cuda.is_available(),
             "device": torch.cuda.get_device_name(device) if device is not None and device.type == "cuda" else "cpu",
             "native_bf16": resolve_precision("auto", device if device is not None else "cpu") == "bf16"}
+
+
+def machine_label(machine: dict) -> str:
+    """CPU, threads, device and, where the record has it, whether bf16 is native there (it sets the speed)."""
+    bf16 = {True: ", native bf16", False: ", no native bf16"}.get(machine.get("native_bf16"), "")
+    return f"{machine['cpu']}, {machine['threads']} threads, device {machine['device']}{bf16}"

@@ -18,11 +18,10 @@ from mlpmem.inference.hf_model import MemoryAugmentedForCausalLM
 from mlpmem.memory import MLPMemory, tie_to_backbone
 from studies.bench.infer.config import InferBenchConfig
 from studies.bench.infer.ladder import ladder_notes, memory_variants
-from studies.bench.infer.measure import TimedMethod, machine, measure, weight_limits
+from studies.bench.infer.measure import TimedMethod, machine, machine_label, measure, weight_limits
 from studies.bench.infer.report import limit_text, targets
 from studies.bench.infer.run import main
 from studies.bench.knn_setup import KnnSetupConfig
-from studies.qa.report import machine_label
 
 
 def tied_memory(backbone):

@@ -24,8 +24,8 @@ def test_bench_lm_eval_times_both_paths_and_they_agree(tiny_run, tmp_path):
         assert m["requests"] == sum(2 * len(i["choices"]) for i in MC_ITEMS)
         assert m["greedy_equal"] and m["scores_equal"] and m["max_abs_loglik_diff"] < 1e-4
         assert m["seconds"][SHARED]["wall"]["n"] == m["seconds"][PLAIN]["wall"]["n"] == 1 and m["speedup_wall"] > 0
-    assert json.loads((tmp_path / "docs" / "results.json").read_text())["methods"].keys() == {"backbone",
-                                                                                                    "memory"}
+    written = json.loads((tmp_path / "docs" / "results.json").read_text())
+    assert written["methods"].keys() == {"backbone", "memory"}
     assert "HFLM / shared" in (tmp_path / "docs" / "report.md").read_text()
     one = r["one_pass"]
     assert one["methods"] == ["backbone", "memory"] and one["speedup_wall"] > 0
